@@ -1,0 +1,52 @@
+"""hfexport: export transformers models to torch.export, ONNX Runtime and ExecuTorch.
+
+The public names of the guide. Backends whose packages are missing still import:
+their exporters raise a clear ImportError when instantiated.
+"""
+
+from .configs import DynamoConfig, ExecutorchConfig, ExportConfigMixin, ExportFormat, OnnxConfig
+from .base import HfExporter
+from .auto import (
+    AUTO_CONFIG_MAPPING,
+    AUTO_EXPORTER_MAPPING,
+    AutoExportConfig,
+    AutoHfExporter,
+    register_export_config,
+    register_exporter,
+)
+from .patching import register_fx_node_fix, register_fx_program_fix, register_patch
+from .errors import HfExportError
+from .dynamo import DynamoExporter
+from .onnx import OnnxExporter
+from .executorch import ExecutorchExporter
+from . import caches as _caches
+
+for _name, _cls in (("dynamo", DynamoConfig), ("onnx", OnnxConfig), ("executorch", ExecutorchConfig)):
+    register_export_config(_name)(_cls)
+
+# So that `import hfexport; torch.export.load(path)` rebuilds Cache inputs in a fresh process.
+_caches.register_cache_pytrees()
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ExportFormat",
+    "ExportConfigMixin",
+    "DynamoConfig",
+    "OnnxConfig",
+    "ExecutorchConfig",
+    "HfExporter",
+    "DynamoExporter",
+    "OnnxExporter",
+    "ExecutorchExporter",
+    "AutoExportConfig",
+    "AutoHfExporter",
+    "AUTO_EXPORTER_MAPPING",
+    "AUTO_CONFIG_MAPPING",
+    "register_exporter",
+    "register_export_config",
+    "register_patch",
+    "register_fx_node_fix",
+    "register_fx_program_fix",
+    "HfExportError",
+]

@@ -1,0 +1,114 @@
+"""HfExporter: the common base of every backend.
+
+It owns what all backends share: the environment check against the pins, config
+resolution (an exporter refuses a config of another backend), and
+``export_for_generation`` on top of the backend's ``export``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from typing import Any, ClassVar, Mapping
+
+from . import environment
+from .configs import ExportConfigMixin, ExportFormat
+
+logger = logging.getLogger(__name__)
+
+# Exporter classes that already logged a version drift in this process.
+_DRIFT_WARNED: set[type] = set()
+
+
+class HfExporter(abc.ABC):
+    """Base class: subclasses set the class attributes and implement ``export``."""
+
+    export_format: ClassVar[ExportFormat | str]
+    config_class: ClassVar[type[ExportConfigMixin]]
+    required_packages: ClassVar[list[str]] = ["torch"]
+    min_versions: ClassVar[dict[str, str]] = {}
+    # Filled from hfexport/pins by __init_subclass__ unless a subclass sets it.
+    tested_versions: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "tested_versions" not in cls.__dict__:
+            pins = environment.read_pins()
+            cls.tested_versions = {p: pins[p] for p in cls.required_packages if p in pins}
+
+    def __init__(self) -> None:
+        self.validate_environment()
+
+    # -- environment ------------------------------------------------------------------
+    @classmethod
+    def validate_environment(cls) -> None:
+        """Missing package -> ImportError with the pip command; too old -> ImportError; drift -> one warning."""
+        for package in cls.required_packages:
+            if environment.installed_version(package) is None and not environment.is_importable(package):
+                raise ImportError(
+                    f"{cls.__name__} needs the package {package!r}, which is not installed. "
+                    f"Install it with: {environment.install_hint(package)}"
+                )
+        for package, minimum in cls.min_versions.items():
+            installed = environment.installed_version(package)
+            if installed is not None and environment.version_tuple(installed) < environment.version_tuple(minimum):
+                raise ImportError(
+                    f"{cls.__name__} needs {package}>={minimum}, but {installed} is installed. "
+                    f"Upgrade with: {environment.install_hint(package)}"
+                )
+        drift = []
+        for package, tested in cls.tested_versions.items():
+            installed = environment.installed_version(package)
+            if installed is not None and environment.strip_local(installed) != environment.strip_local(tested):
+                drift.append(f"{package} {installed} (tested {tested})")
+        if drift and cls not in _DRIFT_WARNED:
+            _DRIFT_WARNED.add(cls)
+            logger.warning(
+                "%s was tested with other versions than installed: %s. Exports usually still work; "
+                "pin the tested versions for production.", cls.__name__, ", ".join(drift)
+            )
+
+    # -- config ---------------------------------------------------------------------------
+    def resolve_config(self, config: ExportConfigMixin | Mapping[str, Any] | None) -> ExportConfigMixin:
+        """None -> default config; dict -> parsed; a config of another backend -> TypeError."""
+        if config is None:
+            return self.config_class()
+        if isinstance(config, Mapping):
+            data = dict(config)
+            data.setdefault("export_format", str(self.config_class.export_format))
+            config = ExportConfigMixin.from_dict(data)
+        if not isinstance(config, ExportConfigMixin):
+            raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}")
+        if str(config.export_format) != str(self.export_format):
+            raise TypeError(
+                f"{type(self).__name__} exports {str(self.export_format)!r} but got a {type(config).__name__} "
+                f"for {str(config.export_format)!r}. Use the matching exporter, or "
+                "AutoHfExporter.from_config(config) to pick it."
+            )
+        return config
+
+    # -- export -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
+        """Export ``model`` traced on ``sample_inputs``; returns the backend's program object."""
+
+    def export_for_generation(
+        self,
+        model: Any,
+        inputs: Mapping[str, Any],
+        config: ExportConfigMixin | Mapping[str, ExportConfigMixin] | None = None,
+        generation_config: Any = None,
+        multi_token_decode: bool = False,
+    ) -> dict[str, Any]:
+        """Split ``model`` into its generation components and export each: ``{name: program}``."""
+        from .generation import export_components
+
+        return export_components(self, model, inputs, config, generation_config, multi_token_decode)
+
+    # -- artifacts ----------------------------------------------------------------------------
+    file_suffix: ClassVar[str] = ""
+
+    @classmethod
+    def save(cls, program: Any, path: str) -> list[str]:
+        """Write ``program`` to ``path`` atomically; returns every file written."""
+        raise NotImplementedError(f"{cls.__name__} cannot save programs")

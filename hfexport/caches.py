@@ -1,0 +1,205 @@
+"""Cache objects as pytrees, so torch.export can trace through them and load them back.
+
+One generic rule serves every ``transformers.Cache`` subclass: the tensors found
+in the cache's object graph (its layers, nested caches) are the children; the
+rest (classes, flags, window sizes) is a JSON string context, so
+``torch.export.save``/``load`` can write and read it. Attributes that merely
+restate a tensor's shape (batch size, heads, cache length, dtype, device) are
+left out of the context and recomputed on unflatten: otherwise a program traced
+at batch 2 would refuse a cache of batch 3 because the tree specs differ.
+
+Registration is idempotent and covers every Cache subclass known at the time of
+the call (``register_cache_pytrees``), so importing hfexport and then
+``torch.export.load(path)`` is enough in a fresh process.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import logging
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+logger = logging.getLogger(__name__)
+
+# Layer attributes derived from the layer's tensors: recomputed on unflatten, never in the spec.
+DERIVED_FROM_TENSORS = {
+    "batch_size": lambda o: o.keys.shape[0],
+    "num_heads": lambda o: o.keys.shape[1],
+    "max_cache_len": lambda o: o.keys.shape[2],
+    "k_head_dim": lambda o: o.keys.shape[-1],
+    "v_head_dim": lambda o: o.values.shape[-1],
+    "dtype": lambda o: o.keys.dtype,
+    "device": lambda o: o.keys.device,
+}
+# Attributes that never travel (runtime-only handles).
+SKIPPED_ATTRIBUTES = {"prefetch_stream"}
+
+_TENSOR = "__tensor__"
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _class_from_path(path: str) -> type:
+    module, qualname = path.split(":", 1)
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _encode(value: Any, tensors: list[torch.Tensor], where: str) -> Any:
+    """Object graph -> JSON-safe structure, tensors replaced by their index in ``tensors``."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return {_TENSOR: len(tensors) - 1}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.dtype):
+        return {"__dtype__": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"__device__": str(value)}
+    if isinstance(value, type):
+        return {"__class__": _class_path(value)}
+    if isinstance(value, (list, tuple)):
+        return {"__seq__": type(value).__name__, "items": [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"cache attribute {where} is a dict with non-string keys; cannot flatten it")
+        return {"__dict__": {k: _encode(v, tensors, f"{where}.{k}") for k, v in value.items()}}
+    if hasattr(value, "__dict__"):
+        return _encode_object(value, tensors, where)
+    raise TypeError(
+        f"cache attribute {where} holds a {type(value).__name__}, which hfexport cannot flatten for torch.export; "
+        "register a pytree node for this cache class yourself (torch.utils._pytree.register_pytree_node)"
+    )
+
+
+def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str) -> dict:
+    attrs = {}
+    derivable = isinstance(getattr(obj, "keys", None), torch.Tensor) and isinstance(getattr(obj, "values", None), torch.Tensor)
+    derived = []
+    for name, value in vars(obj).items():
+        if name in SKIPPED_ATTRIBUTES:
+            continue
+        if derivable and name in DERIVED_FROM_TENSORS:
+            derived.append(name)
+            continue
+        attrs[name] = _encode(value, tensors, f"{where}.{name}")
+    return {"__object__": _class_path(type(obj)), "derived": sorted(derived), "attrs": attrs}
+
+
+def _decode(data: Any, tensors: list[Any]) -> Any:
+    if not isinstance(data, dict):
+        return data
+    if _TENSOR in data:
+        return tensors[data[_TENSOR]]
+    if "__dtype__" in data:
+        return getattr(torch, data["__dtype__"])
+    if "__device__" in data:
+        return torch.device(data["__device__"])
+    if "__class__" in data:
+        return _class_from_path(data["__class__"])
+    if "__seq__" in data:
+        items = [_decode(v, tensors) for v in data["items"]]
+        return tuple(items) if data["__seq__"] == "tuple" else items
+    if "__dict__" in data:
+        return {k: _decode(v, tensors) for k, v in data["__dict__"].items()}
+    if "__object__" in data:
+        cls = _class_from_path(data["__object__"])
+        obj = cls.__new__(cls)
+        for name, value in data["attrs"].items():
+            setattr(obj, name, _decode(value, tensors))
+        for name in data.get("derived", []):
+                try:
+                    setattr(obj, name, DERIVED_FROM_TENSORS[name](obj))
+                except (AttributeError, IndexError, TypeError):
+                    pass  # symbolic or placeholder leaves during spec handling
+        return obj
+    raise ValueError(f"unknown cache context entry {data!r}")
+
+
+def flatten_cache(cache: Any) -> tuple[list[torch.Tensor], str]:
+    tensors: list[torch.Tensor] = []
+    context = _encode_object(cache, tensors, type(cache).__name__)
+    return tensors, json.dumps(context, sort_keys=True)
+
+
+def unflatten_cache(values: Any, context: str) -> Any:
+    return _decode(json.loads(context), list(values))
+
+
+def _flatten_with_keys(cache: Any):
+    tensors, context = flatten_cache(cache)
+    return [(pytree.SequenceKey(i), t) for i, t in enumerate(tensors)], context
+
+
+def cache_classes() -> list[type]:
+    """Every Cache subclass currently imported, the base included."""
+    from transformers.cache_utils import Cache
+
+    out, todo = [], [Cache]
+    while todo:
+        cls = todo.pop()
+        if cls not in out:
+            out.append(cls)
+            todo.extend(cls.__subclasses__())
+    return out
+
+
+def register_cache_pytree(cls: type) -> bool:
+    """Register one cache class; False when it already had a pytree node (ours or someone else's)."""
+    if cls in pytree.SUPPORTED_NODES:
+        return False
+    pytree.register_pytree_node(
+        cls,
+        flatten_cache,
+        unflatten_cache,
+        serialized_type_name=_class_path(cls),
+        flatten_with_keys_fn=_flatten_with_keys,
+        to_dumpable_context=lambda c: c,
+        from_dumpable_context=lambda c: c,
+    )
+    try:
+        import torch.fx._pytree as fx_pytree
+
+        fx_pytree.register_pytree_flatten_spec(cls, lambda cache, spec: flatten_cache(cache)[0])
+    except Exception:  # pragma: no cover - older torch
+        pass
+    return True
+
+
+def register_cache_pytrees() -> list[type]:
+    """Register every known Cache subclass; idempotent. Returns the classes newly registered."""
+    return [cls for cls in cache_classes() if register_cache_pytree(cls)]
+
+
+def is_cache(value: Any) -> bool:
+    try:
+        from transformers.cache_utils import Cache
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(value, Cache)
+
+
+def cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """The cache's tensors in pytree order (the order the exported graph sees them)."""
+    return flatten_cache(cache)[0]
+
+
+def clone_cache(cache: Any) -> Any:
+    """A deep copy whose tensors are fresh: tracing must never touch the caller's cache."""
+    return copy.deepcopy(cache)
+
+
+def reset_cache(cache: Any) -> Any:
+    """Empty a cache in place (zeros and counters), keeping its allocation; returns it."""
+    if hasattr(cache, "reset"):
+        cache.reset()
+    return cache

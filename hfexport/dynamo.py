@@ -1,0 +1,166 @@
+"""DynamoExporter: a transformers model to a torch.export ExportedProgram, in five stages.
+
+1. flat forward signature from the sample inputs (tensors and caches become graph
+   inputs; flags such as ``use_cache=False`` are bound as constants);
+2. reversible patches of every backend this exporter serves (``patching``);
+3. pytree registration of every ``Cache`` subclass (``caches``);
+4. dynamic shapes: explicit ones unchanged, or Dim.AUTO everywhere for
+   ``dynamic=True``, traced size-obliviously so size-1 sample axes stay symbolic;
+5. non-cache model state cleared during the trace and restored after.
+
+Around all five, ``model_state.preserved`` puts the caller's model back exactly
+as it was, and the caller's inputs are never touched (caches are traced on copies).
+The ONNX and ExecuTorch exporters reuse ``trace`` and add their own stages after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import time
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from . import caches, shapes
+from .auto import register_exporter
+from .base import HfExporter
+from .configs import DynamoConfig, ExportFormat
+from .errors import HfExportError
+from .io import atomic_output
+from .model_state import preserved, stateful_attributes_cleared
+from .patching import apply_fx_program_fixes, apply_patches
+from .patching.attention import check_attention_exportable
+
+logger = logging.getLogger(__name__)
+
+
+def carries_tensors(value: Any) -> bool:
+    """True for tensors, caches and containers that hold them: those become graph inputs."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(carries_tensors(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(carries_tensors(v) for v in value)
+    if caches.is_cache(value):
+        return True
+    return bool(getattr(value, "__dict__", None)) and any(carries_tensors(v) for v in vars(value).values())
+
+
+def split_inputs(sample_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(graph inputs, constants). Caches are cloned so tracing never mutates the caller's."""
+    if not isinstance(sample_inputs, Mapping):
+        raise TypeError(
+            f"sample_inputs must be a dict of named inputs (e.g. a tokenizer's BatchEncoding), "
+            f"got {type(sample_inputs).__name__}"
+        )
+    graph, constants = {}, {}
+    for name, value in dict(sample_inputs).items():
+        if carries_tensors(value):
+            graph[name] = caches.clone_cache(value) if caches.is_cache(value) else value
+        else:
+            constants[name] = value
+    if not graph:
+        raise ValueError("sample_inputs holds no tensor: pass at least the model's main input (e.g. input_ids)")
+    return graph, constants
+
+
+@contextlib.contextmanager
+def flat_forward(model: torch.nn.Module, graph_inputs: Mapping[str, Any], constants: Mapping[str, Any]):
+    """Stage 1: give ``model.forward`` an explicit signature of exactly the graph inputs."""
+    original = model.forward
+
+    def forward(**kwargs: Any) -> Any:
+        return original(**kwargs, **constants)
+
+    forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in graph_inputs]
+    )
+    model.forward = forward  # instance attribute; preserved() removes it again
+    yield
+
+
+@register_exporter("dynamo")
+class DynamoExporter(HfExporter):
+    """transformers model -> ``torch.export.ExportedProgram``."""
+
+    export_format = ExportFormat.DYNAMO
+    config_class = DynamoConfig
+    required_packages = ["torch", "transformers"]
+    min_versions = {"torch": "2.11.0"}
+    # Patch sets installed during tracing, in order.
+    patch_backends: ClassVar[tuple[str, ...]] = ("dynamo",)
+    file_suffix = ".pt2"
+
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: DynamoConfig | None = None) -> Any:
+        config = self.resolve_config(config)
+        return self.trace(model, sample_inputs, config)
+
+    def dynamic_shapes_for(self, graph_inputs: dict[str, Any], config: DynamoConfig) -> Any:
+        """Stage 4: explicit shapes unchanged, Dim.AUTO everywhere for dynamic=True, else static."""
+        if config.dynamic_shapes is not None:
+            return config.dynamic_shapes
+        if config.dynamic:
+            return shapes.auto_dynamic_shapes(graph_inputs)
+        return None
+
+    def trace(self, model: Any, sample_inputs: Mapping[str, Any], config: DynamoConfig) -> torch.export.ExportedProgram:
+        """Run the five stages and return the ExportedProgram; the model comes back untouched."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{type(self).__name__}.export needs a torch.nn.Module, got {type(model).__name__}")
+        check_attention_exportable(model)
+        graph_inputs, constants = split_inputs(sample_inputs)
+        caches.register_cache_pytrees()  # stage 3 (idempotent, also needed by torch.export.load)
+        dynamic_shapes = self.dynamic_shapes_for(graph_inputs, config)
+        start = time.perf_counter()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(preserved(model))
+            if model.training:
+                logger.info("%s is in training mode; exporting its eval behaviour (dropout off)", type(model).__name__)
+            model.eval()
+            stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
+            stack.enter_context(apply_patches(*self.patch_backends))  # stage 2
+            stack.enter_context(stateful_attributes_cleared(model))  # stage 5
+            stack.enter_context(shapes.symbolic_size_one(dynamic_shapes is not None))
+            stack.enter_context(torch.no_grad())
+            try:
+                program = torch.export.export(
+                    model,
+                    args=(),
+                    kwargs=graph_inputs,
+                    dynamic_shapes=dynamic_shapes,
+                    strict=config.strict,
+                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                )
+            except Exception as exc:
+                raise HfExportError(
+                    f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {exc}\n"
+                    "Try: explicit dynamic_shapes with Dim(min=, max=) on only the axes that vary, "
+                    "prefer_deferred_runtime_asserts_over_guards=True, or dynamic=False to see whether the failure "
+                    "is shape-related.",
+                    stage="export",
+                ) from exc
+            for backend in self.patch_backends:
+                apply_fx_program_fixes(backend, program)
+        logger.info("torch.export of %s took %.2fs", type(model).__name__, time.perf_counter() - start)
+        return program
+
+    # -- artifacts ------------------------------------------------------------------------
+    @classmethod
+    def save(cls, program: Any, path: str) -> list[str]:
+        with atomic_output(path) as tmp:
+            torch.export.save(program, str(tmp / _name(path)))
+        return [str(path)]
+
+    @classmethod
+    def load(cls, path: str) -> torch.export.ExportedProgram:
+        caches.register_cache_pytrees()
+        return torch.export.load(str(path))
+
+
+def _name(path: Any) -> str:
+    from pathlib import Path
+
+    return Path(path).name

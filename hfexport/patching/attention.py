@@ -1,0 +1,93 @@
+"""Attention: what cannot be exported, and an SDPA path without shape branches.
+
+transformers' SDPA integration branches on ``query.shape[2] == 1`` (pack GQA for
+decode) and on ``q_length > 1`` before it looks at the mask. Under torch.export
+those branches become guards that pin the query length (``!= 1``), so a program
+traced at prefill refuses a one-token call. The replacement below computes the
+same attention with no branch on sizes: repeat KV heads, use the mask when there
+is one, else an explicit bottom-right causal mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .registry import register_patch
+
+# Attention implementations that no backend can export, and what to use instead.
+UNEXPORTABLE_ATTENTION = ("flash_attention", "flex_attention")
+
+
+def find_unexportable_attention(model: Any) -> list[tuple[str, str]]:
+    """(config path, implementation) for every (sub)config that asks for flash or flex attention."""
+    found: list[tuple[str, str]] = []
+    seen: set[int] = set()
+
+    def visit(config: Any, path: str) -> None:
+        if config is None or id(config) in seen:
+            return
+        seen.add(id(config))
+        impl = getattr(config, "_attn_implementation", None)
+        if isinstance(impl, str) and any(impl.startswith(p) or p in impl for p in UNEXPORTABLE_ATTENTION):
+            found.append((path, impl))
+        for key in getattr(config, "sub_configs", {}) or {}:
+            visit(getattr(config, key, None), f"{path}.{key}")
+
+    visit(getattr(model, "config", None), "config")
+    return found
+
+
+def check_attention_exportable(model: Any) -> None:
+    bad = find_unexportable_attention(model)
+    if bad:
+        where = ", ".join(f"{path}._attn_implementation={impl!r}" for path, impl in bad)
+        raise ValueError(
+            f"{type(model).__name__} uses {where}: FlashAttention and FlexAttention cannot be exported by any "
+            "backend. Load or set the model with attn_implementation='sdpa' (fast) or 'eager' "
+            "(e.g. model.set_attn_implementation('sdpa')), then export again."
+        )
+
+
+def _expand_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
+    if groups == 1:
+        return t
+    # repeat_interleave, not expand+reshape: the reshape of an expanded view guards on seq != 1.
+    return torch.repeat_interleave(t, groups, dim=1)
+
+
+_DELEGATE_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache")
+
+
+def export_sdpa_factory(original):
+    """transformers' sdpa_attention_forward guards on q_length == 1 / > 1; see module doc. Remove when it does not."""
+
+    def export_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+        if any(kwargs.get(k) is not None for k in _DELEGATE_KWARGS) or kwargs.get("output_attentions"):
+            return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                            is_causal=is_causal, **kwargs)
+        groups = query.shape[1] // key.shape[1]
+        key = _expand_kv(key, groups)
+        value = _expand_kv(value, groups)
+        if attention_mask is None and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
+            q_len, kv_len = query.shape[2], key.shape[2]
+            rows = torch.arange(q_len, device=query.device)[:, None] + (kv_len - q_len)
+            attention_mask = torch.arange(kv_len, device=query.device)[None, :] <= rows
+        elif attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False
+        )
+        return out.transpose(1, 2).contiguous(), None
+
+    return export_sdpa
+
+
+@register_patch("dynamo", "transformers.modeling_utils.AttentionInterface._global_mapping")
+def _patch_sdpa_mapping(original: dict) -> dict:
+    """SDPA integration pins the query length under export (q_length branches); swap in a branch-free SDPA."""
+    patched = dict(original)
+    if "sdpa" in patched:
+        patched["sdpa"] = export_sdpa_factory(original["sdpa"])
+    return patched

@@ -1,0 +1,76 @@
+"""Dynamic shapes: specs that mirror the inputs, and the tracing mode that keeps size-1 axes symbolic.
+
+torch.export specialises an axis whose sample size is 0 or 1 (a batch-1 prompt
+pins batch to 1, a one-token decode pins the query axis). ``symbolic_size_one``
+traces size-obliviously instead, so Dim.AUTO on such an axis stays a symbol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
+
+logger = logging.getLogger(__name__)
+
+_LOGGED_AUTO_HINT = False
+
+_BUILTIN_CONTAINERS = (dict, list, tuple)
+
+
+def _children(value: Any) -> list[Any] | None:
+    """One level of a registered pytree node (cache, ModelOutput...), or None for a leaf."""
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    if node is None or isinstance(value, _BUILTIN_CONTAINERS):
+        return None
+    children, _ = node.flatten_fn(value)
+    return list(children)
+
+
+def map_shapes(value: Any, tensor_fn) -> Any:
+    """Build a dynamic_shapes spec shaped like ``value``: tensor_fn(tensor) at each tensor, None elsewhere."""
+    if isinstance(value, torch.Tensor):
+        return tensor_fn(value)
+    if isinstance(value, dict):
+        return {k: map_shapes(v, tensor_fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [map_shapes(v, tensor_fn) for v in value]
+    children = _children(value)
+    if children is not None:
+        return [map_shapes(c, tensor_fn) for c in children]
+    return None
+
+
+def auto_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Dim.AUTO on every axis of every tensor and cache input (the guide's ``dynamic=True``)."""
+    global _LOGGED_AUTO_HINT
+    if not _LOGGED_AUTO_HINT:
+        logger.info(
+            "dynamic=True marks every axis Dim.AUTO; explicit dynamic_shapes on only the axes that vary "
+            "(batch, sequence, cache length) export faster"
+        )
+        _LOGGED_AUTO_HINT = True
+    return {k: map_shapes(v, lambda t: {axis: Dim.AUTO for axis in range(t.dim())} or None) for k, v in inputs.items()}
+
+
+@contextlib.contextmanager
+def symbolic_size_one(enabled: bool = True) -> Iterator[None]:
+    """Trace size-obliviously so sample axes of size 1 stay symbolic instead of being pinned."""
+    if not enabled:
+        yield
+        return
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        yield
+
+
+def has_unbounded_dims(exported_program: Any) -> list[str]:
+    """Names of the program's symbols whose upper bound is infinite (ExecuTorch needs bounds)."""
+    out = []
+    for sym, vr in exported_program.range_constraints.items():
+        if not vr.upper.is_finite:
+            out.append(str(sym))
+    return out
