@@ -24,7 +24,10 @@ from . import caches as _caches
 for _name, _cls in (("dynamo", DynamoConfig), ("onnx", OnnxConfig), ("executorch", ExecutorchConfig)):
     register_export_config(_name)(_cls)
 
-# So that `import hfexport; torch.export.load(path)` rebuilds Cache inputs in a fresh process.
+# So that `import hfexport; torch.export.load(path)` rebuilds Cache inputs and ModelOutput
+# results in a fresh process (ModelOutput classes register themselves when their module loads).
+import transformers.modeling_outputs  # noqa: E402,F401
+
 _caches.register_cache_pytrees()
 
 __version__ = "0.1.0"

@@ -36,6 +36,9 @@ DERIVED_FROM_TENSORS = {
     "dtype": lambda o: o.keys.dtype,
     "device": lambda o: o.keys.device,
 }
+# Python-int state that changes from step to step (tokens seen so far): a pytree leaf, not part
+# of the spec, so one program serves every step and a traced count can be a symbol.
+COUNTER_ATTRIBUTES = {"cumulative_length", "cumulative_length_int"}
 # Attributes that never travel (runtime-only handles).
 SKIPPED_ATTRIBUTES = {"prefetch_stream"}
 
@@ -54,10 +57,14 @@ def _class_from_path(path: str) -> type:
     return obj
 
 
-def _encode(value: Any, tensors: list[torch.Tensor], where: str) -> Any:
+def _encode(value: Any, tensors: list[torch.Tensor], where: str, names: list[str] | None = None) -> Any:
     """Object graph -> JSON-safe structure, tensors replaced by their index in ``tensors``."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or (
+        isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool) and where.rsplit(".", 1)[-1] in COUNTER_ATTRIBUTES
+    ):
         tensors.append(value)
+        if names is not None:
+            names.append(where)
         return {_TENSOR: len(tensors) - 1}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -68,30 +75,30 @@ def _encode(value: Any, tensors: list[torch.Tensor], where: str) -> Any:
     if isinstance(value, type):
         return {"__class__": _class_path(value)}
     if isinstance(value, (list, tuple)):
-        return {"__seq__": type(value).__name__, "items": [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]}
+        return {"__seq__": type(value).__name__, "items": [_encode(v, tensors, f"{where}.{i}", names) for i, v in enumerate(value)]}
     if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise TypeError(f"cache attribute {where} is a dict with non-string keys; cannot flatten it")
-        return {"__dict__": {k: _encode(v, tensors, f"{where}.{k}") for k, v in value.items()}}
+        if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in value):
+            raise TypeError(f"cache attribute {where} is a dict with keys other than str/int; cannot flatten it")
+        return {"__map__": [[k, _encode(v, tensors, f"{where}.{k}", names)] for k, v in value.items()]}
     if hasattr(value, "__dict__"):
-        return _encode_object(value, tensors, where)
+        return _encode_object(value, tensors, where, names)
     raise TypeError(
         f"cache attribute {where} holds a {type(value).__name__}, which hfexport cannot flatten for torch.export; "
         "register a pytree node for this cache class yourself (torch.utils._pytree.register_pytree_node)"
     )
 
 
-def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str) -> dict:
+def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str, names: list[str] | None = None) -> dict:
     attrs = {}
     derivable = isinstance(getattr(obj, "keys", None), torch.Tensor) and isinstance(getattr(obj, "values", None), torch.Tensor)
     derived = []
-    for name, value in vars(obj).items():
+    for name, value in sorted(vars(obj).items()):  # sorted: a copy or unpickle may reorder __dict__
         if name in SKIPPED_ATTRIBUTES:
             continue
         if derivable and name in DERIVED_FROM_TENSORS:
             derived.append(name)
             continue
-        attrs[name] = _encode(value, tensors, f"{where}.{name}")
+        attrs[name] = _encode(value, tensors, f"{where}.{name}", names)
     return {"__object__": _class_path(type(obj)), "derived": sorted(derived), "attrs": attrs}
 
 
@@ -109,8 +116,8 @@ def _decode(data: Any, tensors: list[Any]) -> Any:
     if "__seq__" in data:
         items = [_decode(v, tensors) for v in data["items"]]
         return tuple(items) if data["__seq__"] == "tuple" else items
-    if "__dict__" in data:
-        return {k: _decode(v, tensors) for k, v in data["__dict__"].items()}
+    if "__map__" in data:
+        return {k: _decode(v, tensors) for k, v in data["__map__"]}
     if "__object__" in data:
         cls = _class_from_path(data["__object__"])
         obj = cls.__new__(cls)
@@ -191,6 +198,14 @@ def is_cache(value: Any) -> bool:
 def cache_tensors(cache: Any) -> list[torch.Tensor]:
     """The cache's tensors in pytree order (the order the exported graph sees them)."""
     return flatten_cache(cache)[0]
+
+
+def named_cache_tensors(cache: Any, prefix: str = "past_key_values") -> dict[str, torch.Tensor]:
+    """{'past_key_values.layers.0.keys': tensor, ...} in pytree order: stable names for outputs and reports."""
+    tensors: list[torch.Tensor] = []
+    names: list[str] = []
+    _encode_object(cache, tensors, prefix, names)
+    return dict(zip(names, tensors))
 
 
 def clone_cache(cache: Any) -> Any:

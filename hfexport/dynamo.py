@@ -96,7 +96,15 @@ class DynamoExporter(HfExporter):
 
     def export(self, model: Any, sample_inputs: Mapping[str, Any], config: DynamoConfig | None = None) -> Any:
         config = self.resolve_config(config)
-        return self.trace(model, sample_inputs, config)
+        program = self.trace(model, sample_inputs, config)
+        # Functionalise (no decompositions): in-place writes to inputs, e.g. a StaticCache, become
+        # USER_INPUT_MUTATION outputs that program.module() applies back to the caller's tensors.
+        with self.tracing_mode(config):
+            return program.run_decompositions({})
+
+    def tracing_mode(self, config: DynamoConfig):
+        """The mode that later passes over the program must keep (size-oblivious when dynamic)."""
+        return shapes.symbolic_size_one(config.dynamic or config.dynamic_shapes is not None)
 
     def dynamic_shapes_for(self, graph_inputs: dict[str, Any], config: DynamoConfig) -> Any:
         """Stage 4: explicit shapes unchanged, Dim.AUTO everywhere for dynamic=True, else static."""

@@ -1,0 +1,155 @@
+"""The main job: export every zoo model with every available backend and print the matrix.
+
+For each model x backend: export with dynamic=True, save the artifact, load it
+back through hfexport.runtime, run it at the sample shape and at another batch
+and sequence length, and compare every output with eager PyTorch. Exit status 1
+when a row fails its backend's tolerance.
+
+    python -m conformance.matrix [--models llama,bert] [--backends dynamo,onnx] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hfexport.outputs import flatten_named
+
+# Max abs error each backend must meet against eager (issue 2/3 acceptance bars).
+TOLERANCE = {"dynamo": 1e-5, "onnx": 1e-4, "executorch": 1e-3}
+
+
+@dataclass
+class Row:
+    model: str
+    backend: str
+    status: str = "pass"  # pass | fail | error
+    stage: str = ""
+    export_s: float = 0.0
+    err_sample: float | None = None
+    err_other: float | None = None
+    shapes: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+def max_abs_error(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> tuple[float, str]:
+    missing = [k for k in ref if k not in got]
+    if missing:
+        raise AssertionError(f"outputs missing from the exported program: {missing[:5]} (it returned {list(got)[:8]})")
+    worst, worst_name = 0.0, ""
+    for name, r in ref.items():
+        g = got[name]
+        if tuple(r.shape) != tuple(g.shape):
+            raise AssertionError(f"output {name}: shape {tuple(g.shape)} != eager {tuple(r.shape)}")
+        err = (r.double() - g.double()).abs().max().item() if r.numel() else 0.0
+        if err > worst or not worst_name:
+            worst, worst_name = err, name
+    return worst, worst_name
+
+
+def available_backends() -> list[str]:
+    from hfexport.environment import is_importable
+
+    out = ["dynamo"]
+    if all(is_importable(p) for p in ("onnx", "onnxscript", "onnxruntime")):
+        out.append("onnx")
+    if is_importable("executorch"):
+        out.append("executorch")
+    return out
+
+
+def describe(inputs: dict[str, Any]) -> str:
+    t = next(v for v in inputs.values() if isinstance(v, torch.Tensor))
+    return "x".join(str(d) for d in t.shape[:2])
+
+
+def measure(entry: Any, backend: str, workdir: Path) -> Row:
+    from hfexport import AutoExportConfig, AutoHfExporter, runtime
+
+    row = Row(entry.name, backend)
+    try:
+        model = entry.model()
+        sample = entry.sample_inputs(model)
+        other = entry.other_inputs(model)
+        row.stage = "export"
+        config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+        exporter = AutoHfExporter.from_config(config)
+        start = time.perf_counter()
+        program = exporter.export(model, sample, config=config)
+        row.export_s = time.perf_counter() - start
+        row.stage = "save"
+        path = workdir / f"{entry.name}{exporter.file_suffix}"
+        exporter.save(program, str(path))
+        row.stage = "load"
+        run = runtime.load(path)
+        tol = TOLERANCE[backend]
+        for which, inputs in (("sample", sample), ("other", other)):
+            row.stage = "run"
+            with torch.no_grad():
+                ref = flatten_named(model(**inputs))
+            got = run(inputs)
+            row.stage = "compare"
+            err, name = max_abs_error(ref, got)
+            setattr(row, f"err_{which}", err)
+            row.shapes.append(describe(inputs))
+            if err > tol:
+                row.status, row.message = "fail", f"{which}: {name} off by {err:.2e} > {tol:.0e}"
+        if row.status == "pass":
+            row.stage = ""
+    except Exception as exc:  # a row records the failure; the matrix goes on
+        row.status = "error"
+        row.message = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        logging.getLogger(__name__).debug("%s/%s failed:\n%s", entry.name, backend, traceback.format_exc())
+    return row
+
+
+def format_table(rows: list[Row]) -> str:
+    head = f"{'model':<11} {'backend':<10} {'status':<6} {'export s':>8} {'err@sample':>11} {'err@other':>10}  shapes      note"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        fmt = lambda e: "-" if e is None else f"{e:.1e}"  # noqa: E731
+        lines.append(
+            f"{r.model:<11} {r.backend:<10} {r.status:<6} {r.export_s:>8.2f} {fmt(r.err_sample):>11} "
+            f"{fmt(r.err_other):>10}  {','.join(r.shapes):<11} {(r.stage + ': ' if r.stage else '') + r.message}"
+        )
+    passed = sum(r.status == "pass" for r in rows)
+    lines.append(f"{passed} passed, {len(rows) - passed} failed")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from conformance.zoo import select
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", help="comma list of zoo entries (default: all)")
+    parser.add_argument("--backends", help="comma list (default: every installed backend)")
+    parser.add_argument("--json", help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    backends = args.backends.split(",") if args.backends else available_backends()
+    entries = select(args.models.split(",") if args.models else None)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for entry in entries:
+            for backend in backends:
+                row = measure(entry, backend, Path(tmp))
+                print(f"  {row.model}/{row.backend}: {row.status} ({row.export_s:.1f}s) {row.message}", file=sys.stderr, flush=True)
+                rows.append(row)
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    return 0 if all(r.status == "pass" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Named, flat views of model outputs: the one naming used by ONNX outputs, runners and comparisons.
+
+Eager returns ModelOutput objects holding caches; exported programs return
+pytrees; ONNX and ExecuTorch return flat lists. Comparing them needs one naming
+for every tensor: ``logits``, ``last_hidden_state``,
+``past_key_values.layers.0.keys``, ``encoder_hidden_states.1``...
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from . import caches
+
+
+def flatten_named(value: Any, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor in ``value`` under a dotted name, in pytree order; None entries are dropped."""
+    out: dict[str, torch.Tensor] = {}
+
+    def join(name: Any) -> str:
+        return f"{prefix}.{name}" if prefix else str(name)
+
+    if value is None:
+        return out
+    if isinstance(value, torch.Tensor):
+        out[prefix or "output"] = value
+    elif caches.is_cache(value):
+        for name, leaf in caches.named_cache_tensors(value, prefix or "past_key_values").items():
+            out[name] = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(int(leaf))
+    elif isinstance(value, Mapping):  # ModelOutput is an OrderedDict of its non-None fields
+        for k, v in value.items():
+            out.update(flatten_named(v, join(k)))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            out.update(flatten_named(v, join(i)))
+    elif hasattr(value, "__dict__") and not isinstance(value, (int, float, bool, str)):
+        for k, v in vars(value).items():
+            out.update(flatten_named(v, join(k)))
+    return out

@@ -1,0 +1,1 @@
+"""pytest_hfexport: a pytest plugin to assert exportability and gate version upgrades."""

@@ -1,0 +1,123 @@
+"""After any export, successful or failed, the model, the inputs and every patched class are as before."""
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+from hfexport import DynamoConfig, DynamoExporter, HfExportError
+from hfexport.model_state import diff_model_state, snapshot_model
+from hfexport.patching import PATCHES, register_patch
+from hfexport.patching.registry import apply_patches, resolve_owner
+
+from helpers import zoo_model
+
+
+def _patched_values():
+    out = {}
+    for backend, patches in PATCHES.items():
+        for p in patches:
+            resolved = resolve_owner(p.path)
+            if resolved:
+                owner, name = resolved
+                out[p.path] = (owner.__dict__.get(name, "<inherited>") if hasattr(owner, "__dict__") else getattr(owner, name))
+    return out
+
+
+def _inputs_equal(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k] is b[k] and torch.equal(a[k], b[k]._snapshot) if hasattr(b[k], "_snapshot") else torch.equal(a[k], b[k])
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["success", "failure"])
+def test_model_inputs_and_patches_restored(fail):
+    entry, model = zoo_model("llama")
+    model.train()  # the caller's flag must come back too
+    model.config.use_cache = True
+    inputs = entry.sample_inputs(model)
+    inputs_before = {k: v.clone() for k, v in inputs.items()}
+    ids_before = {k: id(v) for k, v in inputs.items()}
+    snap = snapshot_model(model)
+    patched_before = _patched_values()
+
+    exporter = DynamoExporter()
+    if fail:
+        original = transformers.models.llama.modeling_llama.LlamaMLP.forward
+
+        def boom(self, x):
+            raise RuntimeError("injected failure inside the trace")
+
+        transformers.models.llama.modeling_llama.LlamaMLP.forward = boom
+        try:
+            with pytest.raises(HfExportError, match="injected failure"):
+                exporter.export(model, inputs, DynamoConfig(dynamic=True))
+        finally:
+            transformers.models.llama.modeling_llama.LlamaMLP.forward = original
+    else:
+        exporter.export(model, inputs, DynamoConfig(dynamic=True))
+
+    assert diff_model_state(model, snap) == []
+    assert model.training is True and "forward" not in model.__dict__
+    assert {k: id(v) for k, v in inputs.items()} == ids_before
+    for k, v in inputs.items():
+        assert torch.equal(v, inputs_before[k])
+    assert _patched_values() == patched_before
+
+
+def test_a_cache_in_the_inputs_is_not_mutated():
+    entry, model = zoo_model("llama")
+    inputs = entry.sample_inputs(model)
+    with torch.no_grad():
+        cache = model(**inputs).past_key_values
+    before = copy.deepcopy(cache)
+    step = {"input_ids": inputs["input_ids"][:, -1:], "past_key_values": cache}
+    DynamoExporter().export(model, step, DynamoConfig(dynamic=True))
+    assert len(cache.layers) == len(before.layers)
+    for layer, ref in zip(cache.layers, before.layers):
+        assert torch.equal(layer.keys, ref.keys) and torch.equal(layer.values, ref.values)
+        assert not isinstance(layer.keys, torch._subclasses.FakeTensor)
+
+
+def test_diff_model_state_notices_changes():
+    _, model = zoo_model("bert")
+    snap = snapshot_model(model)
+    with torch.no_grad():
+        next(model.parameters()).add_(1)
+    model.eval() if model.training else model.train()
+    model.forward = lambda **kw: None
+    diffs = diff_model_state(model, snap)
+    assert any("parameter" in d for d in diffs)
+    assert any("training" in d for d in diffs)
+    assert any("forward" in d for d in diffs)
+
+
+class _Base:
+    def greet(self):
+        return "base"
+
+
+class _Child(_Base):
+    pass
+
+
+def test_patches_revert_inherited_attributes_exactly_also_on_error():
+    register_patch("test-only", f"{__name__}._Child.greet", reason="test")(lambda original: lambda self: "patched")
+    try:
+        with pytest.raises(RuntimeError):
+            with apply_patches("test-only") as installed:
+                assert _Child().greet() == "patched" and len(installed) == 1
+                raise RuntimeError("boom")
+        assert "greet" not in _Child.__dict__ and _Child().greet() == "base"
+    finally:
+        PATCHES.pop("test-only")
+
+
+def test_every_patch_states_its_reason():
+    for patches in PATCHES.values():
+        for p in patches:
+            assert p.reason.strip(), p.path
+    with pytest.raises(ValueError, match="upstream bug"):
+        register_patch("test-only", "x.y")(lambda original: original)
