@@ -36,9 +36,8 @@ DERIVED_FROM_TENSORS = {
     "dtype": lambda o: o.keys.dtype,
     "device": lambda o: o.keys.device,
 }
-# Python-int state that changes from step to step (tokens seen so far): a pytree leaf, not part
-# of the spec, so one program serves every step and a traced count can be a symbol.
-COUNTER_ATTRIBUTES = {"cumulative_length", "cumulative_length_int"}
+# A Python-int attribute is part of the spec, except when tracing made it a symbol (a token
+# count in a returned cache): then it is a leaf, a symbolic int output of the graph.
 # Attributes that never travel (runtime-only handles).
 SKIPPED_ATTRIBUTES = {"prefetch_stream"}
 
@@ -59,9 +58,7 @@ def _class_from_path(path: str) -> type:
 
 def _encode(value: Any, tensors: list[torch.Tensor], where: str, names: list[str] | None = None) -> Any:
     """Object graph -> JSON-safe structure, tensors replaced by their index in ``tensors``."""
-    if isinstance(value, torch.Tensor) or (
-        isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool) and where.rsplit(".", 1)[-1] in COUNTER_ATTRIBUTES
-    ):
+    if isinstance(value, (torch.Tensor, torch.SymInt)):
         tensors.append(value)
         if names is not None:
             names.append(where)

@@ -25,7 +25,7 @@ _BUILTIN_CONTAINERS = (dict, list, tuple)
 def _children(value: Any) -> list[Any] | None:
     """One level of a registered pytree node (cache, ModelOutput...), or None for a leaf."""
     node = pytree.SUPPORTED_NODES.get(type(value))
-    if node is None or isinstance(value, _BUILTIN_CONTAINERS):
+    if node is None or type(value) in _BUILTIN_CONTAINERS:
         return None
     children, _ = node.flatten_fn(value)
     return list(children)
@@ -35,9 +35,9 @@ def map_shapes(value: Any, tensor_fn) -> Any:
     """Build a dynamic_shapes spec shaped like ``value``: tensor_fn(tensor) at each tensor, None elsewhere."""
     if isinstance(value, torch.Tensor):
         return tensor_fn(value)
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: map_shapes(v, tensor_fn) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):
         return [map_shapes(v, tensor_fn) for v in value]
     children = _children(value)
     if children is not None:

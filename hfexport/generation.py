@@ -1,0 +1,251 @@
+"""Split a generative model into exportable components by watching one real ``generate()`` run.
+
+``decompose_for_generation`` hooks the model and its parts (encoders found with
+``get_encoder(modality=...)``, the language model from ``get_decoder()``, a
+projector only under one of the conventional names, the LM head), runs
+``generate`` once with greedy decoding, and keeps a deep copy of every call's
+arguments at the moment of the call (the cache is mutated by later steps).
+Because every submodule is hooked during that single run, encoders that
+``generate`` calls before the prefill (LLaVA pre-encodes images in transformers
+5.23) are captured too. No per-model glue: the split is read from which hooks fired.
+
+Multi-token decode merges the decode steps into one call whose query axis holds
+several tokens, so the exported decode graph keeps that axis symbolic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import logging
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from .errors import HfExportError
+
+logger = logging.getLogger(__name__)
+
+# A projector becomes its own component only under one of these names (the guide's fixed list).
+MULTIMODAL_PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
+ENCODER_MODALITIES = ("image", "audio")
+# Arguments that only shape the Python return value or are re-derived inside the graph.
+DROPPED_KWARGS = ("return_dict", "logits_to_keep", "output_attentions", "output_hidden_states_flag")
+# Main token inputs, by kind of call, in the order they are looked for.
+TOKEN_KEYS = ("input_ids", "decoder_input_ids", "inputs_embeds")
+
+Components = dict[str, tuple[torch.nn.Module, dict[str, Any]]]
+
+
+def _bind(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Positional and keyword arguments of one call, as a flat dict of parameter names."""
+    signature = inspect.signature(module.forward)
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return dict(kwargs)
+    out: dict[str, Any] = {}
+    for name, value in bound.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            out[name] = value
+    return out
+
+
+@contextlib.contextmanager
+def record_calls(modules: Mapping[str, torch.nn.Module]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Log ``(name, deep-copied kwargs)`` for every forward call of the given modules, in call order."""
+    log: list[tuple[str, dict[str, Any]]] = []
+    handles = []
+    for name, module in modules.items():
+        def hook(mod, args, kwargs, name=name):
+            log.append((name, copy.deepcopy(_bind(mod, args, kwargs))))
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        yield log
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _get_encoder(model: Any, modality: str | None) -> Any:
+    getter = getattr(model, "get_encoder", None)
+    if getter is None:
+        return None
+    try:
+        encoder = getter(modality=modality) if modality else getter()
+    except TypeError:
+        encoder = getter() if modality is None else None
+    except (AttributeError, NotImplementedError, ValueError):
+        return None
+    return None if encoder is model else encoder  # "no match" returns the model itself
+
+
+def hook_targets(model: Any) -> dict[str, torch.nn.Module]:
+    """The modules whose calls are recorded: the model and its generation-relevant parts."""
+    targets: dict[str, torch.nn.Module] = {"model": model}
+    seen = {id(model)}
+
+    def add(name: str, module: Any) -> None:
+        if isinstance(module, torch.nn.Module) and id(module) not in seen:
+            targets[name] = module
+            seen.add(id(module))
+
+    is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    if is_encoder_decoder:
+        add("encoder", _get_encoder(model, None))
+    else:
+        for modality in ENCODER_MODALITIES:
+            add(f"{modality}_encoder", _get_encoder(model, modality))
+        multimodal = any(k.endswith("_encoder") for k in targets)
+        if multimodal:
+            decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+            add("language_model", None if decoder is model else decoder)
+            for root in (model, getattr(model, "base_model", None)):
+                for name in MULTIMODAL_PROJECTOR_NAMES:
+                    add(name, getattr(root, name, None) if root is not None else None)
+            add("lm_head", model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None)
+    return targets
+
+
+def _clean(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k not in DROPPED_KWARGS}
+
+
+def _token_key(call: Mapping[str, Any]) -> str:
+    for key in TOKEN_KEYS:
+        if isinstance(call.get(key), torch.Tensor):
+            return key
+    raise HfExportError("a captured decode call has no input_ids, decoder_input_ids or inputs_embeds", stage="eager")
+
+
+def merge_decode_calls(steps: list[dict[str, Any]], user_mask: torch.Tensor | None) -> dict[str, Any]:
+    """One call that feeds the tokens of several consecutive decode steps at once.
+
+    The cache is the snapshot from before the first step; token and position inputs are
+    concatenated on their sequence axis. The mask is rebuilt in 2D from the user's padding
+    mask (the model derives its 4D masks, sliding windows included): concatenating
+    per-step 4D masks is wrong for sliding-window static caches.
+    """
+    merged = dict(steps[0])
+    key = _token_key(merged)
+    merged[key] = torch.cat([s[key] for s in steps], dim=1)
+    if isinstance(merged.get("position_ids"), torch.Tensor):
+        merged["position_ids"] = torch.cat([s["position_ids"] for s in steps], dim=-1)
+    n = len(steps)
+    mask_key = "decoder_attention_mask" if key == "decoder_input_ids" else "attention_mask"
+    if key == "decoder_input_ids":
+        if isinstance(merged.get(mask_key), torch.Tensor):
+            merged.pop(mask_key)  # per-step 4D decoder masks: let the model rebuild it
+    elif mask_key in merged or user_mask is not None:
+        if user_mask is None or bool((user_mask != 0).all()):
+            merged[mask_key] = None
+        else:
+            merged[mask_key] = torch.cat([user_mask, user_mask.new_ones(user_mask.shape[0], n)], dim=1)
+    return merged
+
+
+def _generation_config(model: Any, generation_config: Any, new_tokens: int) -> Any:
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    config.max_new_tokens = new_tokens
+    config.min_new_tokens = new_tokens
+    config.do_sample = False
+    config.num_beams = 1
+    return config
+
+
+def capture_generation_calls(model: Any, inputs: Mapping[str, Any], generation_config: Any = None,
+                             new_tokens: int = 2) -> dict[str, list[dict[str, Any]]]:
+    """Run generate once; return {target name: [kwargs of each call]} for every hooked module."""
+    if not hasattr(model, "generate"):
+        raise TypeError(f"{type(model).__name__} has no generate(); export_for_generation needs a generative model")
+    config = _generation_config(model, generation_config, new_tokens)
+    targets = hook_targets(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), record_calls(targets) as log:
+            model.generate(**copy.deepcopy(dict(inputs)), generation_config=config)
+    except Exception as exc:
+        raise HfExportError(f"generate() failed while capturing the components of {type(model).__name__}: "
+                            f"{type(exc).__name__}: {exc}. Check that the inputs are what generate() takes.",
+                            stage="eager") from exc
+    finally:
+        model.train(was_training)
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for name, kwargs in log:
+        calls.setdefault(name, []).append(kwargs)
+    calls["__targets__"] = targets  # type: ignore[assignment]
+    return calls
+
+
+def decompose_for_generation(model: Any, inputs: Mapping[str, Any], generation_config: Any = None,
+                             multi_token_decode: bool = False) -> Components:
+    """``{component name: (submodule, kwargs)}`` captured from one real generate() run.
+
+    Decoder-only and SSM models: ``prefill``, ``decode``. Encoder-decoder: ``encoder``,
+    ``prefill``, ``decode``. Multimodal: ``image_encoder`` / ``audio_encoder``, a projector
+    (only under a conventional name), ``language_model``, ``lm_head``, ``decode``.
+    """
+    calls = capture_generation_calls(model, inputs, generation_config, 3 if multi_token_decode else 2)
+    targets: dict[str, torch.nn.Module] = calls.pop("__targets__")  # type: ignore[assignment]
+    top = calls.get("model", [])
+    if len(top) < 2:
+        raise HfExportError(f"generate() called {type(model).__name__}.forward {len(top)} time(s); a prefill and at "
+                            "least one decode step are needed (did generation stop at an EOS token?)", stage="eager")
+    prefill, steps = top[0], top[1:]
+    decode = (merge_decode_calls(steps, inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None)
+              if multi_token_decode else steps[0])
+
+    components: Components = {}
+    multimodal = any(name.endswith("_encoder") and name in calls for name in targets if name != "encoder")
+    for name, module in targets.items():
+        if name == "model" or name not in calls:
+            continue
+        if multimodal or name == "encoder":
+            components[name] = (module, _clean(calls[name][0]))
+    if not multimodal:
+        components["prefill"] = (model, _clean(prefill))
+    components["decode"] = (model, _clean(decode))
+    return components
+
+
+# -- export over the components --------------------------------------------------------
+
+def _configs_by_component(exporter: Any, names: list[str], config: Any) -> dict[str, Any]:
+    if isinstance(config, Mapping) and "export_format" not in config:
+        given = set(config)
+        missing, unknown = sorted(set(names) - given), sorted(given - set(names))
+        if missing or unknown:
+            raise ValueError(
+                "a per-component config dict must name every component exactly: "
+                f"expected {sorted(names)}" + (f"; missing {missing}" if missing else "")
+                + (f"; unknown {unknown}" if unknown else "")
+            )
+        return {name: exporter.resolve_config(config[name]) for name in names}
+    resolved = exporter.resolve_config(config)
+    return {name: resolved for name in names}
+
+
+def export_components(exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any = None,
+                      generation_config: Any = None, multi_token_decode: bool = False) -> dict[str, Any]:
+    """What ``HfExporter.export_for_generation`` does: decompose, then export each component."""
+    if isinstance(config, Mapping) and "export_format" not in config:
+        for value in config.values():  # validate the types before the (slow) generate run
+            exporter.resolve_config(value)
+    else:
+        exporter.resolve_config(config)
+    components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
+    configs = _configs_by_component(exporter, list(components), config)
+    programs: dict[str, Any] = {}
+    for name, (module, kwargs) in components.items():
+        try:
+            programs[name] = exporter.export(module, kwargs, config=configs[name])
+        except HfExportError as exc:
+            raise HfExportError(str(exc), stage=exc.stage, component=name) from exc
+        except Exception as exc:
+            raise HfExportError(f"{type(exc).__name__}: {exc}", stage="export", component=name) from exc
+    return programs

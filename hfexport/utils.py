@@ -1,0 +1,5 @@
+"""Shared tools the guide names under ``hfexport.utils``."""
+
+from .generation import decompose_for_generation, merge_decode_calls, record_calls
+
+__all__ = ["decompose_for_generation", "merge_decode_calls", "record_calls"]
