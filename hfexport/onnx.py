@@ -1,21 +1,322 @@
-"""OnnxExporter: placeholder until the ONNX stages land (issue 3)."""
+"""OnnxExporter: a transformers model to a ``torch.onnx.ONNXProgram`` that ONNX Runtime runs as is.
+
+The Dynamo stages (``DynamoExporter.trace``) give an ExportedProgram; then:
+
+1. the ONNX decompositions (torchlib's registry, plus our custom translations);
+2. FX node fixes registered for ``"onnx"`` on the decomposed graph;
+3. translation to ONNX IR; the cache writes that torch.export records as input
+   mutations become graph outputs (torch.onnx drops them), so a static cache can
+   be updated in place by binding ``input.X`` and ``output.X`` to one buffer;
+4. opset conversion, the onnxscript optimizer, ONNX IR post-fixes;
+5. flat names: inputs as ``flatten_named(sample inputs)`` names them, outputs as
+   ``flatten_named(eager output)`` does, ``input.``/``output.`` where they clash;
+6. ``export_params`` / ``keep_initializers_as_inputs`` applied to the returned
+   model itself (torch.onnx applies them only when it writes a file);
+7. ``output_path``: written atomically (``.onnx`` + ``.onnx_data``).
+
+Every workaround lives in a registry (``hfexport.patching``, ``hfexport.patching.onnx_fixes``).
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import logging
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import torch
+import torch.utils._pytree as pytree
 
 from .auto import register_exporter
 from .configs import ExportFormat, OnnxConfig
-from .dynamo import DynamoExporter
+from .dynamo import DynamoExporter, split_inputs
+from .errors import HfExportError
+from .io import atomic_output
+from .outputs import flatten_named
+from .patching import apply_fx_node_fixes
+from .patching import onnx_fixes
+
+logger = logging.getLogger(__name__)
+
+# The exporter emits opset 18 ops (torchlib) and converts up with onnxscript's version converter.
+MIN_OPSET = 18
+INPUT_PREFIX = "input."
+OUTPUT_PREFIX = "output."
+# Attribute on the returned ONNXProgram: the config's external_data choice, used by ``save``.
+_EXTERNAL_DATA_ATTR = "_hfexport_external_data"
+
+
+def newest_opset() -> int:
+    """The newest opset this environment can export to.
+
+    The onnxscript version converter's ceiling: above it the converter gives up silently and leaves a
+    model that declares opset 18 but holds newer ops (ORT then refuses it), so that is the real limit,
+    not onnx's own newest opset.
+    """
+    import onnx
+
+    try:
+        from onnxscript.version_converter._version_converter import SUPPORTED_MAX_ONNX_OPSET
+    except ImportError:  # pragma: no cover - older/newer onnxscript
+        SUPPORTED_MAX_ONNX_OPSET = MIN_OPSET
+    return int(min(SUPPORTED_MAX_ONNX_OPSET, onnx.defs.onnx_opset_version()))
+
+
+def resolve_opset(requested: int | None) -> int:
+    """None -> newest supported; an explicit version is honoured or refused with what to use instead."""
+    newest = newest_opset()
+    if requested is None:
+        return newest
+    if requested < MIN_OPSET or requested > newest:
+        raise HfExportError(
+            f"opset_version={requested} is outside what this environment can export ({MIN_OPSET}..{newest}: "
+            "torchlib emits opset 18, and onnxscript's version converter stops at "
+            f"{newest}). Pick a version in that range, or None for {newest}.",
+            stage="lowering",
+        )
+    return requested
+
+
+def _leaf_names(spec: Any) -> list[str]:
+    """Flat names of a pytree spec's leaves, as ``flatten_named`` names the real values."""
+    n = spec.num_leaves
+    markers = [torch.empty(0) for _ in range(n)]
+    rebuilt = pytree.tree_unflatten(markers, spec)
+    by_id = {id(m): i for i, m in enumerate(markers)}
+    names: list[str | None] = [None] * n
+    for name, tensor in flatten_named(rebuilt).items():
+        index = by_id.get(id(tensor))
+        if index is not None and names[index] is None:
+            names[index] = name
+    return [name if name is not None else f"output_{i}" for i, name in enumerate(names)]
+
+
+def _all_values(model: Any):
+    import onnx_ir as ir
+
+    yield from model.graph.inputs
+    yield from model.graph.initializers.values()
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        yield from node.outputs
 
 
 @register_exporter("onnx")
 class OnnxExporter(DynamoExporter):
+    """transformers model -> ``torch.onnx.ONNXProgram`` with flat, named inputs and outputs."""
+
     export_format = ExportFormat.ONNX
     config_class = OnnxConfig
     required_packages = ["torch", "transformers", "onnx", "onnxscript", "onnxruntime"]
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "onnx")
     file_suffix = ".onnx"
 
-    def export(self, model, sample_inputs, config=None):
-        raise NotImplementedError("OnnxExporter lands with issue 3")
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: OnnxConfig | None = None) -> Any:
+        """Trace with the Dynamo stages, lower to ONNX, name everything, write ``output_path`` if set."""
+        config = self.resolve_config(config)
+        opset = resolve_opset(config.opset_version)
+        graph_inputs, _ = split_inputs(sample_inputs)
+        input_names = list(flatten_named(graph_inputs).keys())
+        program = self.trace(model, sample_inputs, config)
+        start = time.perf_counter()
+        onnx_program = self.lower(program, config, opset, input_names)
+        logger.info("ONNX lowering of %s took %.2fs", type(model).__name__, time.perf_counter() - start)
+        if config.output_path is not None:
+            self.save(onnx_program, config.output_path)
+        return onnx_program
+
+    # -- lowering -------------------------------------------------------------------------------------
+    def lower(self, program: torch.export.ExportedProgram, config: OnnxConfig, opset: int,
+              input_names: list[str]) -> Any:
+        """ExportedProgram -> ONNXProgram (stages 1-6 of the module doc)."""
+        from torch.onnx._internal.exporter import _core, _registration
+
+        user_inputs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        if len(user_inputs) != len(input_names):
+            logger.warning("the program has %d user inputs but the sample flattens to %d names; "
+                           "keeping torch's input names", len(user_inputs), len(input_names))
+            names_by_placeholder = {}
+        else:
+            names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names)
+                                    if hasattr(s.arg, "name")}
+        output_names = _leaf_names(program.call_spec.out_spec)
+
+        registry = _registration.ONNXRegistry.from_torchlib(opset_version=max(opset, MIN_OPSET))
+        for op, fn in onnx_fixes.translation_table().items():
+            registry.register_op(op, fn, is_complex=False)
+        try:
+            with self.tracing_mode(config):
+                decomposed = _core._prepare_exported_program_for_export(program, registry=registry)
+            if apply_fx_node_fixes("onnx", decomposed.graph_module):
+                decomposed._graph_module = decomposed.graph_module
+        except Exception as exc:
+            raise HfExportError(
+                f"the ONNX decompositions failed: {type(exc).__name__}: {exc}\n"
+                "Try: register an FX node fix (hfexport.register_fx_node_fix('onnx')) or a torch patch "
+                "(register_patch('onnx', ...)) for the op named above; export with DynamoExporter to check the "
+                "trace itself works.",
+                stage="lowering",
+            ) from exc
+        try:
+            onnx_program = _core._exported_program_to_onnx_program(decomposed, registry=registry)
+        except Exception as exc:
+            raise HfExportError(
+                f"translating the graph to ONNX failed: {type(exc).__name__}: {exc}\n"
+                "Try: a custom translation for the op named above "
+                "(hfexport.patching.onnx_fixes.register_onnx_translation), another opset_version, "
+                "or a torch patch that avoids the op while exporting.",
+                stage="lowering",
+            ) from exc
+        model = onnx_program.model
+        mutated = self._expose_input_mutations(model, decomposed)
+        try:
+            if opset != MIN_OPSET:
+                from torch.onnx._internal._lazy_import import onnxscript_apis
+
+                onnx_program.model = model = onnxscript_apis.convert_version(model, opset)
+            if config.optimize:
+                onnx_program.optimize()
+                model = onnx_program.model
+            onnx_fixes.apply_onnx_ir_fixes(model)
+        except Exception as exc:
+            raise HfExportError(
+                f"ONNX post-processing failed (opset {opset}, optimize={config.optimize}): "
+                f"{type(exc).__name__}: {exc}\nTry: optimize=False, or opset_version={MIN_OPSET}.",
+                stage="lowering",
+            ) from exc
+        got_opset = model.opset_imports.get("", None)
+        if got_opset != opset:
+            raise HfExportError(
+                f"the ONNX model has opset {got_opset}, not the requested {opset} (the version converter gave up). "
+                f"Try opset_version={MIN_OPSET} or None.",
+                stage="lowering",
+            )
+        self._name_values(model, names_by_placeholder, output_names, mutated)
+        self._apply_initializer_options(model, config)
+        setattr(onnx_program, _EXTERNAL_DATA_ATTR, config.external_data)
+        return onnx_program
+
+    @staticmethod
+    def _expose_input_mutations(model: Any, program: torch.export.ExportedProgram) -> list[tuple[str, str]]:
+        """Add in-place input writes (a StaticCache update) as graph outputs; torch.onnx leaves them out.
+
+        Returns (output value name, mutated placeholder name) pairs, in graph-output order.
+        """
+        specs = [s for s in program.graph_signature.output_specs if s.kind.name == "USER_INPUT_MUTATION"]
+        if not specs:
+            return []
+        values = {v.name: v for v in _all_values(model)}
+        added = []
+        for spec in specs:
+            value = values.get(spec.arg.name)
+            if value is None:
+                logger.warning("input mutation %s has no ONNX value; the in-place update is lost", spec.arg.name)
+                continue
+            model.graph.outputs.append(value)
+            added.append((value.name, spec.target))
+        return added
+
+    @staticmethod
+    def _name_values(model: Any, inputs_by_placeholder: dict[str, str], output_names: list[str],
+                     mutated: list[tuple[str, str]]) -> None:
+        """Give graph inputs and outputs their flat names, with ``input.``/``output.`` on clashes."""
+        import onnx_ir as ir
+
+        graph = model.graph
+        in_names = [inputs_by_placeholder.get(v.name, v.name) for v in graph.inputs]
+        placeholder_to_flat = dict(inputs_by_placeholder)
+        n_user = len(graph.outputs) - len(mutated)
+        if n_user != len(output_names):
+            logger.warning("the ONNX graph has %d outputs but the program's output spec has %d leaves; "
+                           "outputs keep positional names", n_user, len(output_names))
+            output_names = [f"output_{i}" for i in range(n_user)]
+        out_names = list(output_names) + [placeholder_to_flat.get(target, target) for _, target in mutated]
+        clash = set(in_names) & set(out_names)
+        in_names = [INPUT_PREFIX + n if n in clash else n for n in in_names]
+        out_names = [OUTPUT_PREFIX + n if n in clash else n for n in out_names]
+        if len(set(out_names)) != len(out_names):
+            raise HfExportError(f"two outputs would share a name: {out_names}", stage="lowering")
+
+        # An output that is a graph input, an initializer or another output gets its own Identity value,
+        # so each graph output can carry its own name.
+        inputs = set(id(v) for v in graph.inputs)
+        seen: set[int] = set()
+        for i, value in enumerate(list(graph.outputs)):
+            if id(value) in inputs or id(value) in seen or value.is_initializer() or value.producer() is None:
+                node = ir.node("Identity", inputs=[value], num_outputs=1)
+                graph.append(node)
+                out = node.outputs[0]
+                out.shape, out.type = value.shape, value.type
+                graph.outputs[i] = out
+                value = out
+            seen.add(id(value))
+
+        # Free the target names first: an intermediate value may already carry one of them.
+        targets = set(in_names) | set(out_names)
+        keep = set(id(v) for v in list(graph.inputs) + list(graph.outputs))
+        for value in _all_values(model):
+            if value.name in targets and id(value) not in keep:
+                value.name = f"_{value.name}_inner"
+        for value, name in zip(graph.inputs, in_names):
+            value.metadata_props["pkg.torch.onnx.original_node_name"] = str(value.name)
+            value.name = name
+        for value, name in zip(graph.outputs, out_names):
+            value.metadata_props["pkg.torch.onnx.original_node_name"] = str(value.name)
+            value.name = name
+
+    @staticmethod
+    def _apply_initializer_options(model: Any, config: OnnxConfig) -> None:
+        """export_params=False drops the weights; keep_initializers_as_inputs lists them as inputs too.
+
+        torch.onnx applies both only while writing a file; here the returned model itself reflects them, so
+        an in-memory program and a saved one agree.
+        """
+        graph = model.graph
+        initializers = list(graph.initializers.values())
+        if not config.export_params:
+            graph.initializers.clear()
+            for value in initializers:
+                value.const_value = None
+        if config.keep_initializers_as_inputs:
+            present = set(id(v) for v in graph.inputs)
+            graph.inputs.extend(v for v in initializers if id(v) not in present)
+
+    # -- artifacts --------------------------------------------------------------------------------------
+    @classmethod
+    def save(cls, program: Any, path: str, external_data: bool | None = None) -> list[str]:
+        """Write ``path`` (+ ``path``'s name + ``_data`` for external weights) atomically; returns the files.
+
+        ``external_data=None`` follows the config the program was exported with (default True).
+        """
+        import onnx_ir as ir
+
+        if external_data is None:
+            external_data = getattr(program, _EXTERNAL_DATA_ATTR, True)
+        model = getattr(program, "model", program)
+        target = Path(path)
+        side = target.name + "_data"
+        has_weights = any(v.const_value is not None for v in model.graph.initializers.values())
+        written = [str(target)]
+        try:
+            with atomic_output(target) as tmp:
+                if external_data and has_weights:
+                    ir.save(model, tmp / target.name, external_data=side)
+                    if (tmp / side).exists():
+                        written.insert(0, str(target.parent / side))
+                else:
+                    ir.save(model, tmp / target.name)
+        except HfExportError:
+            raise
+        except Exception as exc:
+            raise HfExportError(f"saving the ONNX model to {target} failed: {type(exc).__name__}: {exc}",
+                                stage="save") from exc
+        if not external_data and (target.parent / side).exists():
+            logger.info("%s is left from an earlier save with external data; this model does not use it",
+                        target.parent / side)
+        return written
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """The saved model as an ``onnx.ModelProto`` (weights loaded from the side file)."""
+        import onnx
+
+        return onnx.load(str(path))

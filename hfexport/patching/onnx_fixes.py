@@ -1,0 +1,121 @@
+"""ONNX-only workarounds: torch patches, custom onnxscript translations and ONNX IR post-fixes.
+
+The ONNX exporter runs four kinds of workaround, each kept in a registry with a
+one-line reason (which upstream bug, and how to tell the workaround can go):
+
+- torch patches during tracing: ``register_patch("onnx", ...)`` (shared registry);
+- FX node fixes after the ONNX decompositions: ``register_fx_node_fix("onnx")``;
+- custom translations of torch ops that torchlib cannot translate:
+  ``register_onnx_translation(op)`` (here);
+- ONNX IR post-fixes run on the converted model before it is returned:
+  ``register_onnx_ir_fix()`` (here).
+
+Importing this module registers the built-in ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .registry import _reason_of, register_patch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Translation:
+    target: Any  # a torch OpOverload, or a dotted path resolved lazily ("torch.ops.ns.op.default")
+    fn: Callable
+    reason: str
+
+
+@dataclass(frozen=True)
+class IrFix:
+    fn: Callable
+    reason: str
+
+
+ONNX_TRANSLATIONS: list[Translation] = []
+ONNX_IR_FIXES: list[IrFix] = []
+
+
+def register_onnx_translation(target: Any, reason: str | None = None) -> Callable:
+    """Register ``fn(*args, **kwargs)`` (onnxscript ops on onnx_ir values) as the ONNX form of a torch op.
+
+    ``target`` is an OpOverload or its dotted name (``"torch.ops.transformers.grouped_mm_fallback.default"``),
+    so an op whose library is not loaded here is simply skipped.
+    """
+
+    def decorator(fn: Callable) -> Callable:
+        ONNX_TRANSLATIONS.append(Translation(target, fn, _reason_of(fn, reason)))
+        return fn
+
+    return decorator
+
+
+def register_onnx_ir_fix(reason: str | None = None) -> Callable:
+    """Register ``fix(model: onnx_ir.Model) -> bool`` (True when it changed the model), run after conversion."""
+
+    def decorator(fn: Callable) -> Callable:
+        ONNX_IR_FIXES.append(IrFix(fn, _reason_of(fn, reason)))
+        return fn
+
+    return decorator
+
+
+def _resolve_op(target: Any) -> Any:
+    if not isinstance(target, str):
+        return target
+    import torch
+
+    obj: Any = torch
+    parts = target.split(".")
+    if parts[0] == "torch":
+        parts = parts[1:]
+    try:
+        for part in parts:
+            obj = getattr(obj, part)
+    except (AttributeError, RuntimeError):
+        return None
+    return obj
+
+
+def translation_table() -> dict[Any, Callable]:
+    """{OpOverload: translation} for every registered translation whose op exists in this process."""
+    table = {}
+    for entry in ONNX_TRANSLATIONS:
+        op = _resolve_op(entry.target)
+        if op is None:
+            logger.debug("custom translation target %s not present here; skipped", entry.target)
+            continue
+        table[op] = entry.fn
+    return table
+
+
+def apply_onnx_ir_fixes(model: Any) -> list[str]:
+    """Run every IR post-fix; returns the reasons of those that changed the model (for logs)."""
+    applied = []
+    for fix in ONNX_IR_FIXES:
+        if fix.fn(model):
+            applied.append(fix.reason)
+            logger.debug("ONNX IR fix applied: %s", fix.reason)
+    return applied
+
+
+# -- built-in workarounds ----------------------------------------------------------------------------
+
+
+@register_patch(
+    "onnx",
+    "transformers.integrations.moe.ExpertsInterface._global_mapping",
+    reason="torchlib has no ONNX translation for transformers::grouped_mm_fallback / aten._grouped_mm (MoE "
+    "experts); use the batched_mm experts (gather + bmm) while exporting. Remove when torch.onnx translates "
+    "grouped_mm (export qwen3_moe without this patch).",
+)
+def _experts_as_batched_mm(original: dict) -> dict:
+    patched = dict(original)
+    if "grouped_mm" in patched and "batched_mm" in patched:
+        patched["grouped_mm"] = original["batched_mm"]
+    return patched

@@ -1,0 +1,181 @@
+"""Runner for ONNX models (.onnx files or in-memory ``torch.onnx.ONNXProgram``) on ONNX Runtime.
+
+Graph names follow ``hfexport.outputs.flatten_named``; where an input and an output
+share a name the graph calls them ``input.<name>`` / ``output.<name>``. The runner
+hides those prefixes: callers pass the eager model's inputs (or their flat names)
+and get outputs under their flat names. ``run_with_shared_buffers`` binds each
+``input.X``/``output.X`` pair to one caller-owned tensor, so a static cache is
+updated in place with no copy (what a decode loop wants).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import RunnerInputError
+from .base import Runner
+
+logger = logging.getLogger(__name__)
+
+INPUT_PREFIX = "input."
+OUTPUT_PREFIX = "output."
+
+# ONNX Runtime's type strings -> torch dtypes.
+ORT_TO_TORCH: dict[str, torch.dtype] = {
+    "tensor(float)": torch.float32,
+    "tensor(float16)": torch.float16,
+    "tensor(bfloat16)": torch.bfloat16,
+    "tensor(double)": torch.float64,
+    "tensor(int64)": torch.int64,
+    "tensor(int32)": torch.int32,
+    "tensor(int16)": torch.int16,
+    "tensor(int8)": torch.int8,
+    "tensor(uint8)": torch.uint8,
+    "tensor(bool)": torch.bool,
+}
+
+
+def _strip(name: str, prefix: str) -> str:
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.contiguous().numpy()
+
+
+class OrtRunner(Runner):
+    """An ``onnxruntime.InferenceSession`` with hfexport's call shape (CPU unless ``providers`` says otherwise)."""
+
+    backend = "onnx"
+
+    def __init__(self, model: Any, providers: Sequence[str] | None = None,
+                 session_options: Any = None) -> None:
+        import onnxruntime as ort
+
+        self.providers = list(providers) if providers else ["CPUExecutionProvider"]
+        if isinstance(model, (str, Path)):
+            source: Any = str(model)
+            self.path: str | None = str(model)
+        else:  # an ONNXProgram (or anything with .model_proto), or a ModelProto
+            proto = getattr(model, "model_proto", model)
+            source = proto.SerializeToString()
+            self.path = None
+        try:
+            self.session = ort.InferenceSession(source, sess_options=session_options, providers=self.providers)
+        except Exception as exc:
+            from ..errors import HfExportError
+
+            raise HfExportError(
+                f"ONNX Runtime could not load the model ({self.path or 'in memory'}): {type(exc).__name__}: {exc}",
+                stage="load",
+            ) from exc
+        inputs = self.session.get_inputs()
+        overridable = {i.name for i in self.session.get_overridable_initializers()}
+        self._graph_inputs = {_strip(i.name, INPUT_PREFIX): i for i in inputs if i.name not in overridable}
+        self._optional = {_strip(i.name, INPUT_PREFIX): i for i in inputs if i.name in overridable}
+        self._graph_outputs = {_strip(o.name, OUTPUT_PREFIX): o for o in self.session.get_outputs()}
+
+    # -- names and shapes -------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._graph_inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._graph_outputs)
+
+    @property
+    def shared_names(self) -> list[str]:
+        """Flat names that are both an input and an output (``input.X``/``output.X``): bindable in place."""
+        return [n for n, i in self._graph_inputs.items() if i.name.startswith(INPUT_PREFIX)
+                and OUTPUT_PREFIX + n in {o.name for o in self._graph_outputs.values()}]
+
+    def expected_inputs(self) -> dict[str, tuple[tuple[Any, ...], Any]]:
+        """name -> (shape, torch dtype); symbolic axes are strings (or '?' when unnamed)."""
+        out = {}
+        for name, info in self._graph_inputs.items():
+            shape = tuple(d if isinstance(d, int) else (d if d else "?") for d in (info.shape or ()))
+            out[name] = (shape, ORT_TO_TORCH.get(info.type))
+        return out
+
+    def check_inputs(self, flat: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        # Overridable weights (keep_initializers_as_inputs) may be passed, but need not be.
+        extra = {n: flat.pop(n) for n in list(flat) if n in self._optional}
+        checked = super().check_inputs(flat)
+        checked.update(extra)
+        return checked
+
+    # -- running ----------------------------------------------------------------------------------------
+    def _graph_input_name(self, name: str) -> str:
+        info = self._graph_inputs.get(name) or self._optional.get(name)
+        return info.name if info is not None else name
+
+    def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        feed = {self._graph_input_name(n): _to_numpy(t) for n, t in flat_inputs.items()}
+        try:
+            results = self.session.run(None, feed)
+        except Exception as exc:
+            from ..errors import HfExportError
+
+            raise HfExportError(f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}",
+                                stage="run") from exc
+        return {name: torch.from_numpy(np.asarray(r)) for name, r in zip(self._graph_outputs, results)}
+
+    def run_with_shared_buffers(self, inputs: Mapping[str, Any], buffers: Mapping[str, torch.Tensor]
+                                ) -> dict[str, torch.Tensor]:
+        """Run once, binding ``input.X`` and ``output.X`` to the same caller-owned CPU tensor ``buffers[X]``.
+
+        ORT then reads the cache from, and writes the updated cache into, that memory: a static-cache
+        decode loop needs no copy per step. ``inputs`` holds every other input (eager kwargs or flat
+        names). Returns the other outputs; the shared ones are updated in ``buffers``.
+        """
+        import onnxruntime as ort
+
+        shared = set(self.shared_names)
+        unknown = [n for n in buffers if n not in shared]
+        if unknown:
+            raise RunnerInputError(
+                f"OrtRunner: {unknown} are not input/output pairs of this graph; shared pairs are {sorted(shared)}"
+            )
+        flat = self.flatten_inputs(inputs)
+        flat.update(buffers)
+        checked = self.check_inputs(flat)
+        for name, t in buffers.items():
+            if t.device.type != "cpu" or not t.is_contiguous():
+                raise RunnerInputError(f"OrtRunner: shared buffer {name!r} must be a contiguous CPU tensor")
+        binding = self.session.io_binding()
+        keep = []  # keeps fed arrays alive until the run is over
+        for name, t in checked.items():
+            graph_name = self._graph_input_name(name)
+            if name in buffers:
+                continue
+            value = ort.OrtValue.ortvalue_from_numpy(_to_numpy(t))
+            keep.append(value)
+            binding.bind_ortvalue_input(graph_name, value)
+        # Plain outputs first: get_outputs() returns them in binding order.
+        plain = [n for n in self._graph_outputs if n not in buffers or not
+                 self._graph_outputs[n].name.startswith(OUTPUT_PREFIX)]
+        for name in plain:
+            binding.bind_output(self._graph_outputs[name].name, "cpu")
+        for name, t in buffers.items():
+            value = ort.OrtValue.ortvalue_from_numpy(t.numpy())  # a view of the tensor's memory on CPU
+            keep.append(value)
+            binding.bind_ortvalue_input(INPUT_PREFIX + name, value)
+            binding.bind_ortvalue_output(OUTPUT_PREFIX + name, value)
+        try:
+            self.session.run_with_iobinding(binding)
+        except Exception as exc:
+            from ..errors import HfExportError
+
+            raise HfExportError(f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}",
+                                stage="run") from exc
+        results = binding.get_outputs()
+        return {name: torch.from_numpy(np.asarray(results[i].numpy())) for i, name in enumerate(plain)}
