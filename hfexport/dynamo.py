@@ -144,7 +144,7 @@ class DynamoExporter(HfExporter):
                 )
             except Exception as exc:
                 raise HfExportError(
-                    f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {exc}\n"
+                    f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {_brief(exc)}\n"
                     "Try: explicit dynamic_shapes with Dim(min=, max=) on only the axes that vary, "
                     "prefer_deferred_runtime_asserts_over_guards=True, or dynamic=False to see whether the failure "
                     "is shape-related.",
@@ -166,6 +166,12 @@ class DynamoExporter(HfExporter):
     def load(cls, path: str) -> torch.export.ExportedProgram:
         caches.register_cache_pytrees()
         return torch.export.load(str(path))
+
+
+def _brief(exc: BaseException, limit: int = 1500) -> str:
+    """The head of an exception message: torch errors can embed whole graphs."""
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
 def _name(path: Any) -> str:

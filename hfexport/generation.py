@@ -102,11 +102,11 @@ def hook_targets(model: Any) -> dict[str, torch.nn.Module]:
             add(f"{modality}_encoder", _get_encoder(model, modality))
         multimodal = any(k.endswith("_encoder") for k in targets)
         if multimodal:
-            decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-            add("language_model", None if decoder is model else decoder)
             for root in (model, getattr(model, "base_model", None)):
                 for name in MULTIMODAL_PROJECTOR_NAMES:
                     add(name, getattr(root, name, None) if root is not None else None)
+            decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+            add("language_model", None if decoder is model else decoder)
             add("lm_head", model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None)
     return targets
 
