@@ -180,8 +180,27 @@ def register_cache_pytree(cls: type) -> bool:
 
 
 def register_cache_pytrees() -> list[type]:
-    """Register every known Cache subclass; idempotent. Returns the classes newly registered."""
-    return [cls for cls in cache_classes() if register_cache_pytree(cls)]
+    """Register every known Cache subclass; idempotent. Returns the classes newly registered.
+
+    The classes (and their layer classes) are also allowed for ``torch.load(weights_only=True)``:
+    a saved program's example inputs hold the cache, and torch.export.load reads them that way.
+    """
+    new = [cls for cls in cache_classes() if register_cache_pytree(cls)]
+    if new:
+        _allow_unpickling()
+    return new
+
+
+def _allow_unpickling() -> None:
+    from transformers.cache_utils import CacheLayerMixin
+
+    layer_classes, todo = [], [CacheLayerMixin]
+    while todo:
+        cls = todo.pop()
+        if cls not in layer_classes:
+            layer_classes.append(cls)
+            todo.extend(cls.__subclasses__())
+    torch.serialization.add_safe_globals([*cache_classes(), *layer_classes])
 
 
 def is_cache(value: Any) -> bool:

@@ -137,6 +137,12 @@ def merge_decode_calls(steps: list[dict[str, Any]], user_mask: torch.Tensor | No
         merged["position_ids"] = torch.cat([s["position_ids"] for s in steps], dim=-1)
     n = len(steps)
     mask_key = "decoder_attention_mask" if key == "decoder_input_ids" else "attention_mask"
+    step_masks = [s.get(mask_key) for s in steps]
+    if all(isinstance(m, torch.Tensor) and m.dim() == 4 for m in step_masks) and not _has_sliding_layers(merged):
+        # Static cache: generate() passes [B, 1, 1, max_cache_len] masks; stacking the steps' rows is exact
+        # for full-attention layers, and keeps the mask a graph input (the decode loop feeds it).
+        merged[mask_key] = torch.cat(step_masks, dim=2)
+        return merged
     if key == "decoder_input_ids":
         if isinstance(merged.get(mask_key), torch.Tensor):
             merged.pop(mask_key)  # per-step 4D decoder masks: let the model rebuild it
@@ -146,6 +152,14 @@ def merge_decode_calls(steps: list[dict[str, Any]], user_mask: torch.Tensor | No
         else:
             merged[mask_key] = torch.cat([user_mask, user_mask.new_ones(user_mask.shape[0], n)], dim=1)
     return merged
+
+
+def _has_sliding_layers(call: Mapping[str, Any]) -> bool:
+    for value in call.values():
+        sliding = getattr(value, "is_sliding", None)
+        if isinstance(sliding, (list, tuple)) and any(sliding):
+            return True
+    return False
 
 
 def _generation_config(model: Any, generation_config: Any, new_tokens: int) -> Any:

@@ -229,7 +229,18 @@ class OnnxExporter(DynamoExporter):
             logger.warning("the ONNX graph has %d outputs but the program's output spec has %d leaves; "
                            "outputs keep positional names", n_user, len(output_names))
             output_names = [f"output_{i}" for i in range(n_user)]
-        out_names = list(output_names) + [placeholder_to_flat.get(target, target) for _, target in mutated]
+        out_names = list(output_names)
+        mutation_values = list(graph.outputs)[n_user:]
+        del graph.outputs[n_user:]
+        for value, (_, target) in zip(mutation_values, mutated):
+            name = placeholder_to_flat.get(target, target)
+            if name in out_names:
+                # The model also returns the cache it updated (e.g. a StaticCache in its output): that user
+                # output is the written value, so it carries the name once.
+                graph.outputs[out_names.index(name)] = value
+            else:
+                graph.outputs.append(value)
+                out_names.append(name)
         clash = set(in_names) & set(out_names)
         in_names = [INPUT_PREFIX + n if n in clash else n for n in in_names]
         out_names = [OUTPUT_PREFIX + n if n in clash else n for n in out_names]

@@ -54,7 +54,41 @@ def auto_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
             "(batch, sequence, cache length) export faster"
         )
         _LOGGED_AUTO_HINT = True
-    return {k: map_shapes(v, lambda t: {axis: Dim.AUTO for axis in range(t.dim())} or None) for k, v in inputs.items()}
+    return {name: map_shapes(value, _auto_axes(name, top_level=True)) if isinstance(value, torch.Tensor)
+            else map_shapes(value, _auto_axes(name, top_level=False)) for name, value in inputs.items()}
+
+
+# The query (token) axis of the usual generation inputs, by input name (negative: from the end;
+# 4D masks are [batch, heads, query, keys]).
+QUERY_AXES: dict[str, dict[int, int]] = {
+    "input_ids": {2: 1},
+    "decoder_input_ids": {2: 1},
+    "token_type_ids": {2: 1},
+    "mm_token_type_ids": {2: 1},
+    "inputs_embeds": {3: 1},
+    "decoder_inputs_embeds": {3: 1},
+    "position_ids": {2: 1, 3: 2},
+    "decoder_position_ids": {2: 1},
+    "attention_mask": {4: 2},
+    "decoder_attention_mask": {4: 2},
+    "cache_position": {1: 0},
+}
+
+
+def _auto_axes(name: str, top_level: bool):
+    """Dim.AUTO on every axis, except size-1 axes that are neither batch nor query axes.
+
+    Size-1 axes are traced size-obliviously (so a batch-1 or one-token sample stays dynamic);
+    a size-1 broadcast axis (a mask's head axis) must stay static or the trace breaks, which is
+    what Dim.AUTO would have decided for it anyway.
+    """
+
+    def axes(t: torch.Tensor) -> dict[int, Any] | None:
+        query = QUERY_AXES.get(name, {}).get(t.dim()) if top_level else None
+        spec = {a: Dim.AUTO for a in range(t.dim()) if t.shape[a] != 1 or a == 0 or a == query}
+        return spec or None
+
+    return axes
 
 
 @contextlib.contextmanager

@@ -1,0 +1,153 @@
+"""Greedy decode loops over an exported static-cache ``decode`` graph: one loop shape for every backend.
+
+The loop is the guide's: start from an empty fixed-length cache, feed the whole
+prompt in one call (empty cache -> prefill), then one token per call. Every call
+passes ``input_ids``, a causal ``attention_mask`` over the cache slots
+([B, 1, q, max_cache_len], bool) and ``position_ids``; where a token lands in the
+cache is tracked by the cache itself. Backends differ only in who owns the cache
+buffers and how a call binds them (``step``).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .. import caches
+
+
+def causal_mask(positions: torch.Tensor, cache_len: int, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """[1, 1, len(positions), cache_len]: slot j is visible to the query at position p iff j <= p."""
+    mask = torch.arange(cache_len)[None, :] <= positions[:, None]
+    return mask[None, None].to(dtype)
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    prefill_s: float
+    decode_s: float
+    steps: int
+    per_step_s: list[float] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.steps / self.decode_s if self.decode_s > 0 else float("inf")
+
+
+class DecodeLoop(abc.ABC):
+    backend = ""
+    max_cache_len: int
+    mask_dtype: torch.dtype = torch.bool
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Empty the cache (zeros, counters back to 0)."""
+
+    @abc.abstractmethod
+    def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Run the decode graph once; return logits [B, q, vocab]."""
+
+    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int) -> GenerationResult:
+        if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
+            raise ValueError(f"prompt_ids must be [1, prompt_len], got {tuple(prompt_ids.shape)}")
+        prompt_len = prompt_ids.shape[1]
+        if prompt_len + max_new_tokens > self.max_cache_len:
+            raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the cache length "
+                             f"{self.max_cache_len}; export with a larger max_cache_len or pass max_cache_len=")
+        self.reset()
+        start = time.perf_counter()
+        positions = torch.arange(prompt_len)
+        logits = self.step(prompt_ids, causal_mask(positions, self.max_cache_len, self.mask_dtype), positions[None])
+        token = int(logits[0, -1].argmax())
+        prefill_s = time.perf_counter() - start
+        tokens = [token]
+        input_ids = torch.empty((1, 1), dtype=torch.long)
+        position_ids = torch.empty((1, 1), dtype=torch.long)
+        slots = torch.arange(self.max_cache_len)
+        mask = torch.empty((1, 1, 1, self.max_cache_len), dtype=self.mask_dtype)
+        per_step = []
+        decode_start = time.perf_counter()
+        for position in range(prompt_len, prompt_len + max_new_tokens - 1):
+            t0 = time.perf_counter()
+            input_ids.fill_(token)
+            position_ids.fill_(position)
+            mask[0, 0, 0].copy_(slots <= position)
+            logits = self.step(input_ids, mask, position_ids)
+            token = int(logits[0, -1].argmax())
+            tokens.append(token)
+            per_step.append(time.perf_counter() - t0)
+        return GenerationResult(tokens, prefill_s, time.perf_counter() - decode_start, len(per_step), per_step)
+
+
+def _cache_kwarg(template: dict[str, Any]) -> str:
+    for name, value in template.items():
+        if caches.is_cache(value):
+            return name
+    raise ValueError("the decode program takes no cache input; export it with a StaticCache "
+                     "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)")
+
+
+def resize_static_cache(cache: Any, max_cache_len: int) -> Any:
+    """A zeroed copy of ``cache`` whose layers hold ``max_cache_len`` slots (the graph's cache axis is symbolic)."""
+    out = copy.deepcopy(cache)
+    for layer in out.layers:
+        if isinstance(getattr(layer, "keys", None), torch.Tensor):
+            b, h, _, d = layer.keys.shape
+            layer.keys = layer.keys.new_zeros((b, h, max_cache_len, d))
+            layer.values = layer.values.new_zeros((b, h, max_cache_len, layer.values.shape[-1]))
+            layer.max_cache_len = max_cache_len
+    return out
+
+
+class DynamoDecodeLoop(DecodeLoop):
+    """torch.export: the StaticCache passed in is updated in place (USER_INPUT_MUTATION), one cache for all steps."""
+
+    backend = "dynamo"
+
+    def __init__(self, program: Any, max_cache_len: int | None = None) -> None:
+        caches.register_cache_pytrees()
+        if not isinstance(program, torch.export.ExportedProgram):
+            program = torch.export.load(str(program))
+        self.module = program.module()
+        _, template = program.example_inputs
+        self.cache_name = _cache_kwarg(template)
+        cache = copy.deepcopy(template[self.cache_name])
+        exported_len = cache.layers[0].keys.shape[2]
+        self.cache = cache if max_cache_len in (None, exported_len) else resize_static_cache(cache, max_cache_len)
+        self.max_cache_len = self.cache.layers[0].keys.shape[2]
+        mask = template.get("attention_mask")
+        self.mask_dtype = mask.dtype if isinstance(mask, torch.Tensor) else torch.bool
+        self._takes_mask = isinstance(mask, torch.Tensor)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def step(self, input_ids, attention_mask, position_ids):
+        kwargs = {"input_ids": input_ids, "position_ids": position_ids, self.cache_name: self.cache}
+        if self._takes_mask:
+            kwargs["attention_mask"] = attention_mask
+        with torch.no_grad():
+            return self.module(**kwargs).logits
+
+
+DECODE_LOOPS: dict[str, str] = {
+    "dynamo": "hfexport.runtime.decode:DynamoDecodeLoop",
+    "onnx": "hfexport.runtime.onnxruntime:OrtDecodeLoop",
+    "executorch": "hfexport.runtime.executorch:ExecutorchDecodeLoop",
+}
+
+
+def decode_loop(program_or_path: Any, backend: str, **options: Any) -> DecodeLoop:
+    """The decode loop of ``backend`` over a decode program or its saved file."""
+    import importlib
+
+    if backend not in DECODE_LOOPS:
+        raise ValueError(f"unknown backend {backend!r}; known: {sorted(DECODE_LOOPS)}")
+    module, name = DECODE_LOOPS[backend].split(":")
+    return getattr(importlib.import_module(module), name)(program_or_path, **options)
