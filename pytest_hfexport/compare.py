@@ -1,0 +1,161 @@
+"""Eager vs exported: per-output errors against per-dtype, per-backend tolerances.
+
+An output passes when ``max|exported - eager| <= atol + rtol * max|eager|``. The relative
+error reported is ``max|exported - eager| / max|eager|`` (error against the output's scale,
+stable where single elements are near zero). Integer and bool outputs must match exactly.
+Tolerances: ``default_tolerance(backend, dtype)``, overridden per model (one value) and per
+output (a dict of output names or ``fnmatch`` patterns).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Union
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float = 0.0
+
+    def __str__(self) -> str:
+        return f"atol={self.atol:.0e}" + (f" rtol={self.rtol:.0e}" if self.rtol else "")
+
+
+# fp32 bars per backend (SPEC §4: "a stated per-backend tolerance"); other dtypes scale from them.
+FP32_ATOL = {"dynamo": 1e-5, "onnx": 1e-4, "executorch": 1e-3}
+DTYPE_ATOL = {"float16": 1e-2, "half": 1e-2, "bfloat16": 5e-2}
+
+
+def default_tolerance(backend: str, dtype: Any) -> Tolerance:
+    """Integers and bools: exact. fp32/fp64: the backend's bar. fp16/bf16: the looser of the two."""
+    name = str(dtype).replace("torch.", "")
+    if name == "bool" or name.startswith(("int", "uint")):
+        return Tolerance(0.0)
+    base = FP32_ATOL.get(backend, 1e-4)
+    if name in ("float16", "bfloat16", "half"):
+        return Tolerance(max(base, DTYPE_ATOL.get(name, 1e-2)))
+    return Tolerance(base)
+
+
+ToleranceSpec = Union[None, float, Tolerance, Mapping[str, Union[float, Tolerance]]]
+
+
+def _as_tolerance(value: float | Tolerance) -> Tolerance:
+    return value if isinstance(value, Tolerance) else Tolerance(float(value))
+
+
+def tolerance_for(name: str, backend: str, dtype: Any, *specs: ToleranceSpec) -> Tolerance:
+    """Later specs win: default < model-wide value < per-output entry (exact name, then pattern)."""
+    tol = default_tolerance(backend, dtype)
+    for spec in specs:
+        if spec is None:
+            continue
+        if isinstance(spec, Mapping):
+            if name in spec:
+                tol = _as_tolerance(spec[name])
+            else:
+                for pattern, value in spec.items():
+                    if fnmatch.fnmatchcase(name, pattern):
+                        tol = _as_tolerance(value)
+                        break
+        else:
+            tol = _as_tolerance(spec)
+    return tol
+
+
+@dataclass
+class OutputDiff:
+    name: str
+    shape: tuple
+    expected_shape: tuple
+    dtype: str
+    max_abs: float
+    max_rel: float
+    tolerance: Tolerance
+    ok: bool
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.note:
+            return f"output {self.name!r}: {self.note}"
+        return (
+            f"output {self.name!r} shape {self.shape} {self.dtype}: max abs error {self.max_abs:.3e}, "
+            f"max rel error {self.max_rel:.3e}, tolerance {self.tolerance}"
+        )
+
+
+@dataclass
+class CompareResult:
+    """Per output: errors, shapes, dtype, tolerance; plus where and how long."""
+
+    backend: str
+    label: str = "sample"
+    outputs: dict[str, OutputDiff] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and all(d.ok for d in self.outputs.values())
+
+    @property
+    def worst(self) -> OutputDiff | None:
+        """The output furthest past (or closest to) its tolerance."""
+        if not self.outputs:
+            return None
+        return max(self.outputs.values(), key=lambda d: (not d.ok, d.max_abs / max(d.tolerance.atol, 1e-30)))
+
+    @property
+    def max_abs(self) -> float:
+        return max((d.max_abs for d in self.outputs.values()), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((d.max_rel for d in self.outputs.values()), default=0.0)
+
+    def failures(self) -> list[str]:
+        lines = [f"output {m!r} is missing from the exported program's outputs" for m in self.missing]
+        lines += [d.describe() for d in self.outputs.values() if not d.ok]
+        return lines
+
+    def message(self) -> str:
+        head = f"{self.backend} export does not match eager PyTorch ({self.label} inputs):"
+        return "\n  ".join([head, *self.failures()])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "label": self.label, "missing": list(self.missing),
+                "outputs": {k: {**asdict(v), "tolerance": asdict(v.tolerance)} for k, v in self.outputs.items()}}
+
+
+def compare(expected: Mapping[str, Any], got: Mapping[str, Any], backend: str, *, tolerance: ToleranceSpec = None,
+            output_tolerance: ToleranceSpec = None, label: str = "sample") -> CompareResult:
+    """Compare flat named eager outputs with flat named exported outputs (extra exported outputs are ignored)."""
+    import torch
+
+    result = CompareResult(backend, label)
+    for name, ref in expected.items():
+        if name not in got:
+            result.missing.append(name)
+            continue
+        out = got[name]
+        out = out if isinstance(out, torch.Tensor) else torch.as_tensor(out)
+        ref_t = ref if isinstance(ref, torch.Tensor) else torch.as_tensor(ref)
+        tol = tolerance_for(name, backend, ref_t.dtype, tolerance, output_tolerance)
+        diff = OutputDiff(name, tuple(out.shape), tuple(ref_t.shape), str(ref_t.dtype).replace("torch.", ""),
+                          0.0, 0.0, tol, True)
+        if tuple(out.shape) != tuple(ref_t.shape):
+            diff.ok, diff.note = False, f"shape {tuple(out.shape)} != eager {tuple(ref_t.shape)}"
+            diff.max_abs = diff.max_rel = float("inf")
+        elif ref_t.numel():
+            r, o = ref_t.detach().cpu().double(), out.detach().cpu().double()
+            finite_mismatch = bool((torch.isfinite(r) != torch.isfinite(o)).any())
+            delta = torch.where(torch.isfinite(r) & torch.isfinite(o), (r - o).abs(), torch.zeros_like(r))
+            diff.max_abs = float(delta.max())
+            scale = float(r[torch.isfinite(r)].abs().max()) if bool(torch.isfinite(r).any()) else 0.0
+            diff.max_rel = diff.max_abs / scale if scale > 0 else (0.0 if diff.max_abs == 0 else float("inf"))
+            diff.ok = not finite_mismatch and diff.max_abs <= tol.atol + tol.rtol * scale
+            if finite_mismatch:
+                diff.note = f"non-finite values differ from eager (nan/inf), dtype {diff.dtype}"
+        result.outputs[name] = diff
+    return result

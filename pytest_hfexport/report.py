@@ -1,0 +1,214 @@
+"""Report rows: one per model x backend x check. JSON file, terminal matrix, baseline gate.
+
+Rows are built on the controller from test reports (``pytest_runtest_logreport``). Under
+pytest-xdist each worker attaches the row's facts to the report (``report.hfexport``, a plain
+dict that xdist serialises with the report), so the controller sees every worker's rows and
+writes one file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+STATUSES = ("pass", "fail", "xfail", "xpass", "skip", "unsupported", "error")
+# Worse first: when several tests report the same model/backend/check, the worst status is the cell's.
+_SEVERITY = {"error": 0, "fail": 1, "xpass": 2, "xfail": 3, "unsupported": 4, "skip": 5, "pass": 6}
+BAD = ("fail", "error", "xfail")
+SYMBOL = {"pass": "ok", "fail": "FAIL", "xfail": "xfail", "xpass": "XPASS", "skip": "skip",
+          "unsupported": "n/a", "error": "ERROR"}
+
+
+@dataclass
+class Row:
+    model: str
+    backend: str
+    check: str
+    status: str = "pass"
+    stage: str | None = None
+    max_abs: float | str | None = None
+    max_rel: float | str | None = None
+    worst_output: str | None = None
+    seconds: float = 0.0
+    nodeid: str = ""
+    message: str = ""
+    implementation: str = ""
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.model, self.backend, self.check)
+
+
+def _reason(report: Any) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr or "")
+
+
+def status_of(report: Any) -> str | None:
+    """The row status a phase report settles, or None when the phase settles nothing (setup passed...)."""
+    wasxfail = hasattr(report, "wasxfail")
+    if report.when == "setup":
+        if report.failed:
+            return "error"
+        if report.skipped:
+            return "xfail" if wasxfail else "unsupported" if "unsupported: " in _reason(report) else "skip"
+        return None
+    if report.when == "call":
+        if report.passed:
+            return "xpass" if wasxfail else "pass"
+        if report.skipped:
+            return "xfail" if wasxfail else "unsupported" if "unsupported: " in _reason(report) else "skip"
+        return "xpass" if "[XPASS(strict)]" in _reason(report) else "fail"
+    if report.when == "teardown" and report.failed:
+        return "error"
+    return None
+
+
+class Recorder:
+    """Controller side: rows by nodeid, then the file, the matrix and the baseline comparison."""
+
+    def __init__(self, implementation: str, versions: Mapping[str, str | None], meta: Mapping[str, Any]) -> None:
+        self.implementation = implementation
+        self.versions = dict(versions)
+        self.meta = dict(meta)
+        self.rows: dict[str, Row] = {}
+        self.regressions: list[tuple[Row, dict]] = []
+        self.improvements: list[tuple[Row, dict]] = []
+        self.not_run: list[dict] = []
+
+    def add(self, report: Any) -> None:
+        facts = getattr(report, "hfexport", None)
+        if not facts:
+            return
+        status = status_of(report)
+        if status is None:
+            return
+        row = self.rows.get(report.nodeid)
+        if row is None:
+            row = self.rows[report.nodeid] = Row(facts["model"], facts["backend"], facts["check"], status,
+                                                 nodeid=report.nodeid, implementation=self.implementation,
+                                                 versions=self.versions)
+        elif report.when == "teardown" and row.status not in ("pass",):
+            return  # a teardown error after a failure keeps the failure
+        row.status = status
+        row.seconds = round(row.seconds + float(getattr(report, "duration", 0.0)), 4)
+        measurements = facts.get("measurements") or []
+        if measurements:
+            abs_errors = [m["max_abs"] for m in measurements if isinstance(m.get("max_abs"), (int, float))]
+            rel_errors = [m["max_rel"] for m in measurements if isinstance(m.get("max_rel"), (int, float))]
+            row.max_abs = max(abs_errors) if abs_errors else next((m["max_abs"] for m in measurements if m.get("max_abs")), None)
+            row.max_rel = max(rel_errors) if rel_errors else None
+            failing = [m for m in measurements if m.get("stage")]
+            pick = failing[0] if failing else max(measurements, key=lambda m: m.get("max_abs") or 0
+                                                  if isinstance(m.get("max_abs"), (int, float)) else 0)
+            row.worst_output = pick.get("worst_output")
+        if status in ("fail", "error", "xfail", "xpass"):
+            row.stage = facts.get("stage")
+            row.message = (facts.get("message") or _first_line(report))[:300]
+        if status in ("fail", "xfail") and not row.stage:
+            row.stage = "test"  # failed outside any export stage (an assertion of the test itself)
+        if status == "error" and not row.stage:
+            row.stage = "setup" if report.when == "setup" else "teardown"
+
+    # -- results ---------------------------------------------------------------------------------
+    def merged(self) -> dict[tuple[str, str, str], Row]:
+        out: dict[tuple[str, str, str], Row] = {}
+        for row in self.rows.values():
+            current = out.get(row.key)
+            if current is None or _SEVERITY[row.status] < _SEVERITY[current.status]:
+                out[row.key] = row
+        return out
+
+    def counts(self) -> dict[str, int]:
+        counts = {s: 0 for s in STATUSES}
+        for row in self.rows.values():
+            counts[row.status] += 1
+        return counts
+
+    def by_stage(self) -> dict[str, int]:
+        stages: dict[str, int] = {}
+        for row in self.rows.values():
+            if row.status in ("fail", "error", "xfail"):
+                stages[row.stage or "?"] = stages.get(row.stage or "?", 0) + 1
+        return dict(sorted(stages.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), **self.meta, "implementation": self.implementation,
+                "versions": self.versions, "summary": self.counts(), "by_stage": self.by_stage(),
+                "regressions": [r.key for r, _ in self.regressions],
+                "rows": [asdict(r) for r in self.rows.values()]}
+
+    def write(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, default=str))
+        tmp.replace(path)
+
+    def compare_baseline(self, baseline: Mapping[tuple[str, str, str], dict]) -> None:
+        """Passed there and fails now (fail, error or xfail): a regression. Failed there, passes now: an improvement."""
+        now = self.merged()
+        self.regressions, self.improvements, self.not_run = [], [], []
+        for key, before in baseline.items():
+            row = now.get(key)
+            if row is None:
+                if before.get("status") == "pass":
+                    self.not_run.append(before)
+                continue
+            if before.get("status") in ("pass", "xpass") and row.status in BAD:
+                self.regressions.append((row, before))
+            elif before.get("status") in BAD and row.status in ("pass", "xpass"):
+                self.improvements.append((row, before))
+
+    # -- terminal --------------------------------------------------------------------------------
+    def matrix_lines(self, backends: Iterable[str]) -> list[str]:
+        merged = self.merged()
+        if not merged:
+            return []
+        backends = list(dict.fromkeys([*backends, *(k[1] for k in merged)]))
+        backends = [b for b in backends if any(k[1] == b for k in merged)]
+        lines_keys = sorted({(k[0], k[2]) for k in merged})
+        w_model = max(5, *(len(m) for m, _ in lines_keys))
+        w_check = max(5, *(len(c) for _, c in lines_keys))
+        def cell(row: Row | None) -> str:
+            if row is None:
+                return ""
+            return SYMBOL[row.status] + (f"({row.stage})" if row.stage and row.status in BAD else "")
+
+        widths = [max([len(b)] + [len(cell(merged.get((m, b, c)))) for m, c in lines_keys]) for b in backends]
+        head = f"{'model':<{w_model}}  {'check':<{w_check}}  " + "  ".join(f"{b:<{w}}" for b, w in zip(backends, widths))
+        out = [head, "-" * len(head)]
+        for model, check in lines_keys:
+            cells = []
+            for b, w in zip(backends, widths):
+                cells.append(f"{cell(merged.get((model, b, check))):<{w}}")
+            out.append(f"{model:<{w_model}}  {check:<{w_check}}  " + "  ".join(cells))
+        return out
+
+
+def _first_line(report: Any) -> str:
+    text = _reason(report) if report.longrepr is not None else ""
+    crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
+    return (crash or text).splitlines()[0] if (crash or text) else ""
+
+
+def load_baseline(path: str | Path) -> dict[tuple[str, str, str], dict]:
+    """Rows of an earlier report (this plugin's JSON, or a bare list of rows such as ``conformance.matrix --json``
+    writes; rows without a check count as ``export``), keyed by model/backend/check."""
+    data = json.loads(Path(path).read_text())
+    rows = data.get("rows", []) if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a report with 'rows' or a list of rows")
+    out: dict[tuple[str, str, str], dict] = {}
+    for row in rows:
+        key = (str(row["model"]), str(row["backend"]), str(row.get("check", "export")))
+        current = out.get(key)
+        if current is None or _SEVERITY.get(row.get("status"), 9) < _SEVERITY.get(current.get("status"), 9):
+            out[key] = row
+    return out
