@@ -93,11 +93,16 @@ def _cache_kwarg(template: dict[str, Any]) -> str:
                      "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)")
 
 
+def max_cache_length(cache: Any) -> int:
+    """Slots of the longest (full-attention) layer: sliding layers hold only their window."""
+    return max(layer.keys.shape[2] for layer in cache.layers if isinstance(getattr(layer, "keys", None), torch.Tensor))
+
+
 def resize_static_cache(cache: Any, max_cache_len: int) -> Any:
     """A zeroed copy of ``cache`` whose layers hold ``max_cache_len`` slots (the graph's cache axis is symbolic)."""
     out = copy.deepcopy(cache)
     for layer in out.layers:
-        if isinstance(getattr(layer, "keys", None), torch.Tensor):
+        if isinstance(getattr(layer, "keys", None), torch.Tensor) and not getattr(layer, "is_sliding", False):
             b, h, _, d = layer.keys.shape
             layer.keys = layer.keys.new_zeros((b, h, max_cache_len, d))
             layer.values = layer.values.new_zeros((b, h, max_cache_len, layer.values.shape[-1]))
@@ -118,9 +123,9 @@ class DynamoDecodeLoop(DecodeLoop):
         _, template = program.example_inputs
         self.cache_name = _cache_kwarg(template)
         cache = copy.deepcopy(template[self.cache_name])
-        exported_len = cache.layers[0].keys.shape[2]
+        exported_len = max_cache_length(cache)
         self.cache = cache if max_cache_len in (None, exported_len) else resize_static_cache(cache, max_cache_len)
-        self.max_cache_len = self.cache.layers[0].keys.shape[2]
+        self.max_cache_len = max_cache_length(self.cache)
         mask = template.get("attention_mask")
         self.mask_dtype = mask.dtype if isinstance(mask, torch.Tensor) else torch.bool
         self._takes_mask = isinstance(mask, torch.Tensor)

@@ -1,0 +1,140 @@
+"""export_for_generation: component split, multi-token decode, static cache with in-place updates, decode loop."""
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+from hfexport import DynamoConfig, DynamoExporter, HfExportError
+from hfexport.runtime.decode import decode_loop
+from hfexport.utils import decompose_for_generation
+
+from helpers import eager, max_error, zoo_model
+
+ATOL = 1e-5
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("llama", ["prefill", "decode"]),
+    ("mamba", ["prefill", "decode"]),
+    ("t5", ["encoder", "prefill", "decode"]),
+    ("llava", ["image_encoder", "multi_modal_projector", "language_model", "lm_head", "decode"]),
+    ("qwen2_vl", ["image_encoder", "language_model", "lm_head", "decode"]),  # projector folded into the tower
+])
+def test_components_are_read_from_one_generate_run(name, expected):
+    entry, model = zoo_model(name)
+    components = decompose_for_generation(model, entry.sample_inputs(model))
+    assert list(components) == expected
+    module, decode = components["decode"]
+    assert module is model
+    token = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"
+    assert decode[token].shape[1] == 1  # one decode step
+    for kwargs in (kw for _, kw in components.values()):
+        assert "return_dict" not in kwargs and "logits_to_keep" not in kwargs
+
+
+def test_llava_image_encoder_is_a_real_component():
+    """transformers 5.23's generate() pre-encodes images; the encoder call is still captured."""
+    entry, model = zoo_model("llava")
+    components = decompose_for_generation(model, entry.sample_inputs(model))
+    encoder, kwargs = components["image_encoder"]
+    assert encoder is model.get_encoder(modality="image")
+    assert kwargs["pixel_values"].shape == (1, 3, 32, 32)
+    assert components["multi_modal_projector"][0] is model.base_model.multi_modal_projector
+
+
+def test_llava_components_match_their_eager_submodules():
+    entry, model = zoo_model("llava")
+    programs = DynamoExporter().export_for_generation(model, entry.sample_inputs(model), DynamoConfig(dynamic=True))
+    components = decompose_for_generation(model, entry.sample_inputs(model))
+    assert set(programs) == set(components)
+    for name, (module, kwargs) in components.items():
+        program = programs[name]
+        graph_kwargs = {k: v for k, v in copy.deepcopy(kwargs).items() if k in program.example_inputs[1]}
+        assert max_error(eager(module, copy.deepcopy(kwargs)), program.module()(**graph_kwargs)) <= ATOL, name
+
+
+def test_multi_token_merge_equals_the_single_steps():
+    entry, model = zoo_model("llama")
+    inputs = entry.sample_inputs(model)
+    single = decompose_for_generation(model, inputs, multi_token_decode=False)
+    merged = decompose_for_generation(model, inputs, multi_token_decode=True)["decode"][1]
+    assert merged["input_ids"].shape[1] == 2
+    with torch.no_grad():
+        both = model(**copy.deepcopy(merged)).logits
+        first = model(**copy.deepcopy(single["decode"][1])).logits
+    assert (both[:, :1] - first).abs().max() <= ATOL
+
+
+@pytest.fixture(scope="module")
+def static_llama(tmp_path_factory):
+    entry, model = zoo_model("llama")
+    inputs = entry.sample_inputs(model)
+    config = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32)
+    programs = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True),
+                                                      generation_config=config, multi_token_decode=True)
+    path = tmp_path_factory.mktemp("static") / "decode.pt2"
+    DynamoExporter.save(programs["decode"], str(path))
+    return entry, model, inputs, programs, path
+
+
+def test_static_decode_graph_serves_1_and_3_query_tokens(static_llama):
+    entry, model, inputs, programs, _ = static_llama
+    program = programs["decode"]
+    _, template = program.example_inputs
+    prompt = inputs["input_ids"]
+    for q in (1, 3):
+        cache_e = transformers.StaticCache(config=model.config, max_cache_len=32)
+        with torch.no_grad():
+            model(input_ids=prompt, past_key_values=cache_e, use_cache=True)
+        cache_x = copy.deepcopy(cache_e)
+        pos = torch.arange(prompt.shape[1], prompt.shape[1] + q)
+        step = {"input_ids": torch.randint(3, 128, (1, q)), "position_ids": pos[None],
+                "attention_mask": (torch.arange(32)[None, :] <= pos[:, None])[None, None]}
+        with torch.no_grad():
+            ref = model(**step, past_key_values=cache_e, use_cache=True).logits
+        got = program.module()(**step, past_key_values=cache_x).logits
+        assert (ref - got).abs().max() <= ATOL
+        # the cache passed in is the one updated: same tensors, new contents equal to eager's
+        for le, lx in zip(cache_e.layers, cache_x.layers):
+            assert torch.allclose(le.keys, lx.keys, atol=ATOL) and int(lx.cumulative_length) == prompt.shape[1] + q
+
+
+def test_dynamo_records_cache_writes_as_input_mutations(static_llama):
+    program = static_llama[3]["decode"]
+    kinds = [s.kind.name for s in program.graph_signature.output_specs]
+    assert kinds.count("USER_INPUT_MUTATION") >= 4  # keys, values (and counters) of 2 layers
+
+
+@pytest.mark.parametrize("max_cache_len", [None, 48])
+def test_static_decode_loop_gives_eager_greedy_tokens(static_llama, max_cache_len):
+    entry, model, inputs, _, path = static_llama
+    loop = decode_loop(str(path), "dynamo", max_cache_len=max_cache_len)
+    assert loop.max_cache_len == (max_cache_len or 32)
+    prompt = inputs["input_ids"][:1]
+    keys = loop.cache.layers[0].keys
+    result = loop.generate(prompt, 16)
+    config = transformers.GenerationConfig(max_new_tokens=16, min_new_tokens=16, do_sample=False,
+                                           cache_implementation="static", max_cache_len=32)
+    expected = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
+    assert result.tokens == expected[0, prompt.shape[1]:].tolist()
+    assert loop.cache.layers[0].keys is keys and keys.abs().sum() > 0  # written in place, one buffer
+    assert result.tokens_per_s > 0
+
+
+def test_per_component_configs_must_name_every_component():
+    entry, model = zoo_model("llama")
+    with pytest.raises(ValueError, match=r"expected \['decode', 'prefill'\]; missing \['prefill'\]"):
+        DynamoExporter().export_for_generation(model, entry.sample_inputs(model), {"decode": DynamoConfig()})
+
+
+def test_a_failing_component_is_named():
+    class Failing(DynamoExporter):
+        def export(self, model, sample_inputs, config=None):
+            raise HfExportError("boom", stage="export")
+
+    entry, model = zoo_model("llama")
+    with pytest.raises(HfExportError, match=r"^\[prefill\] boom") as info:
+        Failing().export_for_generation(model, entry.sample_inputs(model))
+    assert info.value.component == "prefill"
