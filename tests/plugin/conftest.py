@@ -9,7 +9,32 @@ variable ``FAKEIMPL`` makes a backend misbehave: ``onnx=perturb`` (outputs off b
 
 import pytest
 
+import sys
+import tempfile
+
+import _pytest.pytester
+
 pytest_plugins = ["pytester"]
+
+# pytester's in-process runs restore sys.modules afterwards, dropping what they imported first; torch
+# (and what sits on it) registers C-level state and cannot be imported twice in one process. Keep every
+# module but those written by the tests themselves (under the temporary directory).
+_TMP = tempfile.gettempdir()
+
+
+class _KeepHeavyModules(_pytest.pytester.SysModulesSnapshot):
+    def __init__(self, preserve=None):
+        def keep(name):
+            module = sys.modules.get(name)
+            return not (getattr(module, "__file__", None) or "").startswith(_TMP)
+
+        super().__init__(preserve=keep)
+
+
+@pytest.fixture(autouse=True)
+def _keep_heavy_modules(monkeypatch):
+    monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", _KeepHeavyModules)
+
 
 FAKEIMPL_INIT = '''
 import copy, os
