@@ -186,11 +186,6 @@ class TransformersImplementation(Implementation):
         return decompose_for_generation(model, inputs, **kwargs)
 
 
-_CACHE: dict[str, Implementation] = {}
-
-
 def resolve(name: str) -> Implementation:
-    """The implementation for ``--hfexport-impl`` (imported on first use, then cached)."""
-    if name not in _CACHE:
-        _CACHE[name] = TransformersImplementation() if name == "transformers" else ModuleImplementation(name)
-    return _CACHE[name]
+    """The implementation for ``--hfexport-impl`` (imported now; the plugin keeps one per session)."""
+    return TransformersImplementation() if name == "transformers" else ModuleImplementation(name)

@@ -164,13 +164,9 @@ def _clean_fakeimpl(monkeypatch):
     """Every test starts with a well-behaved fake and no cached implementation."""
     import sys
 
-    from pytest_hfexport import implementations
-
     monkeypatch.delenv("FAKEIMPL", raising=False)
     monkeypatch.delenv("HFEXPORT_BACKEND", raising=False)
-    implementations._CACHE.clear()
     yield
-    implementations._CACHE.clear()
     for name in [m for m in sys.modules if m == "fakeimpl" or m.startswith("fakeimpl.")]:
         del sys.modules[name]
 

@@ -1,0 +1,86 @@
+"""--hfexport-report: one JSON row per model x backend x check, every status, and the terminal matrix."""
+
+import json
+
+from conftest import rows_of
+
+TEST = """
+    import pytest
+    from fakeimpl.models import tiny
+
+    def test_pass(export_and_compare):
+        export_and_compare(*tiny())
+
+    def test_fail(export_and_compare, hfexport_backend):
+        model, inputs = tiny()
+        export_and_compare(model, inputs, tolerance=1e-2 if hfexport_backend == "dynamo" else 0.0,
+                           output_tolerance={"hidden": 1.0})
+        assert hfexport_backend == "dynamo", "only dynamo passes this"
+
+    @pytest.mark.xfail(reason="known", strict=False)
+    def test_xfail(export_and_compare):
+        raise RuntimeError("boom")
+
+    @pytest.mark.xfail(reason="was broken", strict=False)
+    def test_xpass(export_and_compare):
+        export_and_compare(*tiny())
+
+    @pytest.mark.skip(reason="not today")
+    def test_skip(hfexport_backend):
+        pass
+
+    @pytest.fixture
+    def broken():
+        raise RuntimeError("fixture fails")
+
+    def test_error(broken, hfexport_backend):
+        pass
+
+    def test_not_an_export_test():
+        pass
+"""
+
+
+def test_rows_and_statuses(pytester, fake_impl, monkeypatch):
+    monkeypatch.setenv("FAKEIMPL", "onnx=perturb,executorch=notimpl")
+    pytester.makepyfile(TEST)
+    result = pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo,onnx,executorch",
+                                          "--hfexport-report=out/report.json")
+    data = json.loads((pytester.path / "out/report.json").read_text())
+    assert data["implementation"] == "fakeimpl" and data["backends"] == ["dynamo", "onnx", "executorch"]
+    assert data["versions"]["torch"] and data["pins"]["torch"]
+    rows = {(r["model"], r["backend"]): r for r in data["rows"]}
+    assert not any(r["model"] == "test_not_an_export_test" for r in data["rows"])
+    expect = {
+        ("test_pass", "dynamo"): "pass", ("test_pass", "onnx"): "fail", ("test_pass", "executorch"): "unsupported",
+        ("test_fail", "dynamo"): "pass", ("test_fail", "onnx"): "fail",
+        ("test_xfail", "dynamo"): "xfail", ("test_xpass", "dynamo"): "xpass", ("test_xpass", "onnx"): "xfail",
+        ("test_skip", "dynamo"): "skip", ("test_error", "onnx"): "error",
+    }
+    for key, status in expect.items():
+        assert rows[key]["status"] == status, (key, rows[key])
+    row = rows[("test_pass", "onnx")]
+    assert row["check"] == "export" and row["stage"] == "mismatch" and row["worst_output"] == "logits"
+    assert abs(row["max_abs"] - 1e-2) < 1e-6 and row["max_rel"] > 0 and row["seconds"] >= 0
+    assert row["versions"]["torch"] and row["implementation"] == "fakeimpl"
+    assert rows[("test_fail", "onnx")]["stage"] == "mismatch"
+    assert rows[("test_error", "onnx")]["stage"] == "setup"
+    assert data["summary"]["pass"] == sum(r["status"] == "pass" for r in data["rows"])
+    result.stdout.fnmatch_lines([
+        "*= hfexport matrix =*",
+        "model * check * dynamo * onnx * executorch*",
+        "test_error * export * ERROR(setup) * ERROR(setup) * ERROR(setup)*",
+        "test_pass * export * ok * FAIL(mismatch) * n/a*",
+        "test_skip * export * skip * skip * skip*",
+        "rows: *",
+        "hfexport report: out/report.json",
+    ])
+
+
+def test_ini_twin_and_no_matrix_without_export_tests(pytester):
+    pytester.makeini("[pytest]\nhfexport_report = r.json\n")
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=1)
+    assert rows_of(pytester.path / "r.json") == []
+    assert "hfexport matrix" not in result.stdout.str()
