@@ -33,7 +33,7 @@ TOLERANCE = {"dynamo": 1e-5, "onnx": 1e-4, "executorch": 1e-3}
 class Row:
     model: str
     backend: str
-    status: str = "pass"  # pass | fail | error
+    status: str = "pass"  # pass | fail | error | xfail | xpass
     stage: str = ""
     export_s: float = 0.0
     err_sample: float | None = None
@@ -69,6 +69,13 @@ def available_backends() -> list[str]:
 
 
 def describe(inputs: dict[str, Any]) -> str:
+    """'batch x sequence' of the main input ('batch x HxW' for images)."""
+    for key in ("input_ids", "input_features", "pixel_values"):
+        t = inputs.get(key)
+        if isinstance(t, torch.Tensor):
+            if key == "pixel_values" and t.dim() == 4:
+                return f"{t.shape[0]}x{t.shape[2]}px"
+            return f"{t.shape[0]}x{t.shape[-1] if key == 'input_features' else t.shape[1]}"
     t = next(v for v in inputs.values() if isinstance(v, torch.Tensor))
     return "x".join(str(d) for d in t.shape[:2])
 
@@ -113,6 +120,24 @@ def measure(entry: Any, backend: str, workdir: Path) -> Row:
     return row
 
 
+KNOWN_FAILURES = Path(__file__).parent / "known_failures" / "hfexport.toml"
+
+
+def apply_known_failures(rows: list[Row], path: Path = KNOWN_FAILURES) -> None:
+    """Strict: a known failure that fails is xfail (with its reason); one that passes is xpass (a failure)."""
+    from pytest_hfexport import xfails
+
+    entries = xfails.load(path) if path.exists() else {}
+    for row in rows:
+        hit = xfails.find(entries, "", (row.model, row.backend, "export"))
+        if hit is None:
+            continue
+        if row.status == "pass":
+            row.status, row.message = "xpass", f"known failure now passes; remove {hit[0]!r} from {path.name}"
+        else:
+            row.status, row.message = "xfail", f"{row.message} | known: {hit[1][:80]}"
+
+
 def format_table(rows: list[Row]) -> str:
     head = f"{'model':<11} {'backend':<10} {'status':<6} {'export s':>8} {'err@sample':>11} {'err@other':>10}  shapes      note"
     lines = [head, "-" * len(head)]
@@ -122,8 +147,10 @@ def format_table(rows: list[Row]) -> str:
             f"{r.model:<11} {r.backend:<10} {r.status:<6} {r.export_s:>8.2f} {fmt(r.err_sample):>11} "
             f"{fmt(r.err_other):>10}  {','.join(r.shapes):<11} {(r.stage + ': ' if r.stage else '') + r.message}"
         )
-    passed = sum(r.status == "pass" for r in rows)
-    lines.append(f"{passed} passed, {len(rows) - passed} failed")
+    counts = {status: sum(r.status == status for r in rows) for status in ("pass", "xfail")}
+    failed = len(rows) - counts["pass"] - counts["xfail"]
+    lines.append(f"{counts['pass']} passed, {failed} failed, {counts['xfail']} xfailed (known failures: "
+                 f"{KNOWN_FAILURES.relative_to(Path(__file__).parent.parent)})")
     return "\n".join(lines)
 
 
@@ -145,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                 row = measure(entry, backend, Path(tmp))
                 print(f"  {row.model}/{row.backend}: {row.status} ({row.export_s:.1f}s) {row.message}", file=sys.stderr, flush=True)
                 rows.append(row)
+    apply_known_failures(rows)
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))
-    return 0 if all(r.status == "pass" for r in rows) else 1
+    return 0 if all(r.status in ("pass", "xfail") for r in rows) else 1
 
 
 if __name__ == "__main__":
