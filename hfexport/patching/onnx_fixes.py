@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .registry import _reason_of, register_patch
+from .registry import _reason_of, register_fx_program_fix, register_patch
 
 logger = logging.getLogger(__name__)
 
@@ -119,3 +119,49 @@ def _experts_as_batched_mm(original: dict) -> dict:
     if "grouped_mm" in patched and "batched_mm" in patched:
         patched["grouped_mm"] = original["batched_mm"]
     return patched
+
+
+_LAYOUT_OPS = ("aten.transpose.int", "aten.permute.default", "aten.expand.default", "aten.t.default")
+_RESHAPES = ("aten.reshape.default", "aten.view.default")
+
+
+@register_fx_program_fix(
+    "onnx",
+    reason="the ONNX decompositions re-trace reshape(transpose(x)) size-obliviously and turn it into an invalid "
+    "aten.view ('Cannot view a tensor ... strides', T5 attention output); a contiguous clone in between makes the "
+    "view valid and lowers to nothing in ONNX. Remove when T5 exports with dynamic=True without it.",
+)
+def _contiguous_before_reshape_of_layout_change(program: Any) -> None:
+    import torch
+
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or str(node.target) not in _RESHAPES:
+            continue
+        source = node.args[0]
+        if getattr(source, "op", None) != "call_function" or str(source.target) not in _LAYOUT_OPS:
+            continue
+        with graph.inserting_before(node):
+            clone = graph.call_function(torch.ops.aten.clone.default, (source,),
+                                        {"memory_format": torch.contiguous_format})
+        if "val" in source.meta:
+            clone.meta["val"] = source.meta["val"].clone(memory_format=torch.contiguous_format)
+        node.replace_input_with(source, clone)
+        changed = True
+    if changed:
+        graph.lint()
+        program.graph_module.recompile()
+
+
+@register_onnx_translation(
+    "torch.ops.aten._is_all_true.default",
+    reason="torchlib has no translation for aten._is_all_true (torch.all(...) checks in VLM placeholder "
+    "handling); lower it to a ReduceMin over the mask. Remove when torch.onnx translates it (export llava).",
+)
+def _is_all_true(x: Any) -> Any:
+    import onnx_ir as ir
+    from onnxscript import opset18 as op
+
+    as_int = op.Cast(x, to=ir.DataType.INT64)
+    return op.Cast(op.ReduceMin(as_int, keepdims=0), to=ir.DataType.BOOL)

@@ -77,10 +77,11 @@ class OrtRunner(Runner):
                 f"ONNX Runtime could not load the model ({self.path or 'in memory'}): {type(exc).__name__}: {exc}",
                 stage="load",
             ) from exc
-        inputs = self.session.get_inputs()
-        overridable = {i.name for i in self.session.get_overridable_initializers()}
-        self._graph_inputs = {_strip(i.name, INPUT_PREFIX): i for i in inputs if i.name not in overridable}
-        self._optional = {_strip(i.name, INPUT_PREFIX): i for i in inputs if i.name in overridable}
+        # get_inputs() lists the required inputs; weights kept as inputs (keep_initializers_as_inputs) are
+        # overridable initializers: accepted, never required.
+        overridable = self.session.get_overridable_initializers()
+        self._graph_inputs = {_strip(i.name, INPUT_PREFIX): i for i in self.session.get_inputs()}
+        self._optional = {_strip(i.name, INPUT_PREFIX): i for i in overridable}
         self._graph_outputs = {_strip(o.name, OUTPUT_PREFIX): o for o in self.session.get_outputs()}
 
     # -- names and shapes -------------------------------------------------------------------------------
