@@ -1,21 +1,375 @@
-"""ExecutorchExporter: placeholder until the ExecuTorch stages land (issue 3)."""
+"""ExecutorchExporter: a transformers model to an ExecuTorch program (``.pte``).
+
+The Dynamo stages (``DynamoExporter.trace``, with the ``"executorch"`` patch set) give an
+ExportedProgram; then:
+
+1. every dynamic axis gets an upper bound: ExecuTorch plans memory for the largest
+   shape a program accepts, and an unbounded axis would silently be planned at the
+   sample size (a longer input then fails at run time with "resize a bounded tensor").
+   Explicit ``Dim(min, max)`` are kept; unbounded axes get ``max_batch`` (axis 0) or
+   ``max_length`` (any other axis), logged once per export;
+2. ``to_edge_transform_and_lower`` with the backend's partitioner (XNNPACK by default,
+   none for ``"portable"``), under the ``executorch_lowering`` patch set;
+3. ``to_executorch`` with memory planning driven by the config's three ``alloc_*`` flags
+   and ``emit_mutable_buffer_names=True`` (so a runtime can reach program-owned state);
+4. input and output names: a ``.pte`` has none, so the flat names
+   (``flatten_named(sample inputs)`` / ``flatten_named(eager output)``) are recorded on the
+   returned manager (``hfexport_io``) and written by ``save`` as a JSON side file
+   ``<name>.pte.json`` together with the ``.pte`` (atomically). A ``.pte`` without the side
+   file still runs, with positional names.
+
+Batch-1 samples: ``trace`` keeps size-1 axes symbolic by tracing size-obliviously
+(``shapes.symbolic_size_one``). The EXIR passes re-trace the graph (``to_edge`` runs the
+decompositions again) with the sample sizes as hints; outside that mode a hint of 1 bakes
+broadcasting decisions (``expand``, ``arange`` lengths) into the edge program, which then
+runs at batch 1 only ("expanded size 16 must match 8", "resize a bounded tensor with max
+capacity 2 to 3"). Lowering therefore runs in the same tracing mode as the trace
+(``tracing_mode``), as ``DynamoExporter`` does for its own decompositions; a batch-1
+sample then serves batch 1, 2 and 3 (tested).
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import torch
+import torch.utils._pytree as pytree
 
 from .auto import register_exporter
 from .configs import ExecutorchConfig, ExportFormat
-from .dynamo import DynamoExporter
+from .dynamo import DynamoExporter, split_inputs
+from .errors import HfExportError
+from .io import atomic_output
+from .outputs import flatten_named
+from .patching import executorch_fixes
+
+logger = logging.getLogger(__name__)
+
+# Upper bounds for dynamic axes that have none (see module doc). Override per exporter:
+# ExecutorchExporter(max_batch=..., max_length=...). The sequence bound is further limited by
+# the model's max_position_embeddings where it has one (longer inputs cannot run anyway).
+DEFAULT_MAX_BATCH = 8
+DEFAULT_MAX_LENGTH = 2048
+# Suffix of the JSON side file that carries the input/output names of a saved program.
+SIDE_SUFFIX = ".json"
+# Attribute of the returned ExecutorchProgramManager that carries the same record.
+IO_ATTR = "hfexport_io"
+
+
+def side_file(path: str | Path) -> Path:
+    """Where the names of the program saved at ``path`` live: ``<name>.pte.json`` next to it."""
+    path = Path(path)
+    return path.with_name(path.name + SIDE_SUFFIX)
+
+
+def leaf_names(spec: Any) -> list[str]:
+    """Flat names of a pytree spec's leaves, as ``flatten_named`` names the real values."""
+    n = spec.num_leaves
+    markers = [torch.empty(0) for _ in range(n)]
+    rebuilt = pytree.tree_unflatten(markers, spec)
+    by_id = {id(m): i for i, m in enumerate(markers)}
+    names: list[str | None] = [None] * n
+    for name, tensor in flatten_named(rebuilt).items():
+        index = by_id.get(id(tensor))
+        if index is not None and names[index] is None:
+            names[index] = name
+    return [name if name is not None else f"output_{i}" for i, name in enumerate(names)]
 
 
 @register_exporter("executorch")
 class ExecutorchExporter(DynamoExporter):
+    """transformers model -> ``executorch.exir.ExecutorchProgramManager`` (see the module doc for the stages)."""
+
     export_format = ExportFormat.EXECUTORCH
     config_class = ExecutorchConfig
     required_packages = ["torch", "transformers", "executorch"]
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "executorch")
     file_suffix = ".pte"
 
-    def export(self, model, sample_inputs, config=None):
-        raise NotImplementedError("ExecutorchExporter lands with issue 3")
+    def __init__(self, max_batch: int = DEFAULT_MAX_BATCH, max_length: int = DEFAULT_MAX_LENGTH) -> None:
+        super().__init__()
+        if max_batch < 2 or max_length < 2:
+            raise ValueError(f"max_batch and max_length must be >= 2, got {max_batch}, {max_length}")
+        self.max_batch = int(max_batch)
+        self.max_length = int(max_length)
+
+    # -- export -----------------------------------------------------------------------------------
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExecutorchConfig | None = None) -> Any:
+        """Trace, bound, lower and plan; returns the ExecutorchProgramManager with ``hfexport_io`` names."""
+        config = self.resolve_config(config)
+        if config.backend == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                "ExecutorchConfig(backend='cuda') needs a CUDA device, and torch.cuda.is_available() is False here. "
+                "Export with backend='xnnpack' (CPU) or 'portable', or run on a machine with CUDA."
+            )
+        graph_inputs, _ = split_inputs(sample_inputs)
+        input_names = list(flatten_named(graph_inputs).keys())
+        start = time.perf_counter()
+        program = self.trace(model, sample_inputs, config)
+        bounds = self.bound_dynamic_dims(program, graph_inputs, model)
+        dynamic_axes = self._dynamic_axes(program, input_names)
+        manager = self.lower(program, config)
+        io = self._io_record(manager, input_names, config, bounds)
+        io["input_dynamic_axes"] = dynamic_axes
+        io["sample_shapes"] = {n: list(t.shape) for n, t in flatten_named(graph_inputs).items()}
+        setattr(manager, IO_ATTR, io)
+        logger.info("ExecuTorch export of %s (%s) took %.1fs", type(model).__name__, config.backend,
+                    time.perf_counter() - start)
+        return manager
+
+    # -- bounds -----------------------------------------------------------------------------------
+    def bound_dynamic_dims(self, program: torch.export.ExportedProgram, graph_inputs: Mapping[str, Any],
+                           model: Any = None) -> dict[str, list[int]]:
+        """Give every unbounded symbol an upper bound, in place; returns {symbol: [min, max]} of all symbols."""
+        from torch.utils._sympy.numbers import int_oo
+        from torch.utils._sympy.value_ranges import ValueRanges
+
+        max_length = self.max_length
+        text_config = getattr(getattr(model, "config", None), "get_text_config", lambda: None)()
+        positions = getattr(text_config, "max_position_embeddings", None)
+        if isinstance(positions, int) and 2 <= positions < max_length:
+            max_length = positions
+        batch_symbols = self._batch_symbols(program)
+        shape_env = None
+        for node in program.graph.nodes:
+            val = node.meta.get("val") if node.op == "placeholder" else None
+            if isinstance(val, torch.Tensor) and getattr(val, "fake_mode", None) is not None:
+                shape_env = val.fake_mode.shape_env
+                break
+        bounds: dict[str, list[int]] = {}
+        capped: list[str] = []
+        for sym, vr in list(program.range_constraints.items()):
+            lower = int(vr.lower) if vr.lower != -int_oo else 0
+            if vr.upper == int_oo:
+                cap = self.max_batch if sym in batch_symbols else max_length
+                cap = max(cap, lower, self._sample_size(program, sym))
+                new = ValueRanges(vr.lower, cap)
+                program._range_constraints[sym] = new
+                if shape_env is not None and sym in shape_env.var_to_range:
+                    shape_env.var_to_range[sym] = new
+                capped.append(f"{sym}<={cap}" + (" (batch)" if sym in batch_symbols else ""))
+                bounds[str(sym)] = [lower, cap]
+            else:
+                bounds[str(sym)] = [lower, int(vr.upper)]
+        if capped:
+            logger.info("ExecuTorch plans memory for the largest accepted shapes: unbounded dynamic axes get "
+                        "max_batch=%d / max_length=%d: %s (pass explicit Dim(min, max) or "
+                        "ExecutorchExporter(max_batch=, max_length=) to change)",
+                        self.max_batch, max_length, ", ".join(capped))
+        return bounds
+
+    @staticmethod
+    def _dynamic_axes(program: torch.export.ExportedProgram, input_names: list[str]) -> dict[str, list[int]]:
+        """{flat input name: [dynamic axes]}: the runner checks the static axes exactly, the others by bound."""
+        user = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"
+                and hasattr(s.arg, "name")]
+        if len(user) != len(input_names):
+            return {}
+        nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+        out = {}
+        for placeholder, name in zip(user, input_names):
+            val = nodes[placeholder].meta.get("val")
+            if isinstance(val, torch.Tensor):
+                out[name] = [i for i, d in enumerate(val.shape) if isinstance(d, torch.SymInt)]
+        return out
+
+    @staticmethod
+    def _batch_symbols(program: torch.export.ExportedProgram) -> set[Any]:
+        """Symbols that size axis 0 of a 2D+ user input (batch axes)."""
+        user = {s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"
+                and hasattr(s.arg, "name")}
+        out = set()
+        for node in program.graph.nodes:
+            if node.op != "placeholder" or node.name not in user:
+                continue
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.dim() >= 2:
+                d = val.shape[0]
+                if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
+                    out.add(d.node.expr)
+        return out
+
+    @staticmethod
+    def _sample_size(program: torch.export.ExportedProgram, sym: Any) -> int:
+        """The sample's size on a symbol (its hint), so a cap never excludes the traced shape."""
+        for node in program.graph.nodes:
+            val = node.meta.get("val") if node.op == "placeholder" else None
+            if isinstance(val, torch.Tensor):
+                for d in val.shape:
+                    if isinstance(d, torch.SymInt) and d.node.expr == sym:
+                        hint = d.node.hint
+                        return int(hint) if hint is not None else 0
+        return 0
+
+    # -- lowering ---------------------------------------------------------------------------------
+    def partitioners(self, config: ExecutorchConfig) -> list[Any]:
+        if config.backend == "xnnpack":
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+            return [XnnpackPartitioner()]
+        if config.backend == "cuda":
+            try:
+                from executorch.backends.cuda.cuda_backend import CudaBackend
+                from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+            except ImportError as exc:
+                raise HfExportError(f"this executorch build has no CUDA backend: {exc}", stage="lowering") from exc
+            return [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
+        return []  # portable: no delegate, the portable/optimized kernels run every op
+
+    def backend_config(self, config: ExecutorchConfig) -> Any:
+        from executorch.exir import ExecutorchBackendConfig
+        from executorch.exir.passes import MemoryPlanningPass
+
+        return ExecutorchBackendConfig(
+            memory_planning_pass=MemoryPlanningPass(
+                alloc_graph_input=config.alloc_graph_input,
+                alloc_graph_output=config.alloc_graph_output,
+                alloc_mutable_buffers=config.alloc_mutable_buffers,
+            ),
+            emit_mutable_buffer_names=True,
+        )
+
+    def lower(self, program: torch.export.ExportedProgram, config: ExecutorchConfig) -> Any:
+        """ExportedProgram (bounded) -> ExecutorchProgramManager."""
+        from executorch.exir import to_edge_transform_and_lower
+
+        start = time.perf_counter()
+        try:
+            with executorch_fixes.lowering_patches(), self.tracing_mode(config), torch.no_grad():
+                edge = to_edge_transform_and_lower(program, partitioner=self.partitioners(config))
+        except HfExportError:
+            raise
+        except Exception as exc:
+            raise HfExportError(
+                f"ExecuTorch lowering (to_edge_transform_and_lower, backend={config.backend!r}) failed: "
+                f"{type(exc).__name__}: {_brief(exc)}\nTry: backend='portable' to see whether the delegate is the "
+                "cause, or register a patch for the op named above (register_patch('executorch', ...)).",
+                stage="lowering",
+            ) from exc
+        lowered = time.perf_counter()
+        self._check_still_dynamic(program, edge)
+        try:
+            with executorch_fixes.lowering_patches(), self.tracing_mode(config):
+                manager = edge.to_executorch(self.backend_config(config))
+        except Exception as exc:
+            raise HfExportError(f"ExecuTorch to_executorch (memory planning, emission) failed: "
+                                f"{type(exc).__name__}: {_brief(exc)}", stage="lowering") from exc
+        logger.info("ExecuTorch lowering took %.1fs, to_executorch %.1fs", lowered - start,
+                    time.perf_counter() - lowered)
+        return manager
+
+    @staticmethod
+    def _check_still_dynamic(program: torch.export.ExportedProgram, edge: Any) -> None:
+        """A pass that guards on a hint turns a dynamic axis static silently: say so instead."""
+        def dims(ep: Any) -> list[tuple[str, list[bool]]]:
+            user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"
+                    and hasattr(s.arg, "name")]
+            nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+            out = []
+            for name in user:
+                val = nodes[name].meta.get("val") if name in nodes else None
+                if isinstance(val, torch.Tensor):
+                    out.append((name, [isinstance(d, torch.SymInt) for d in val.shape]))
+            return out
+
+        try:
+            after = dims(edge.exported_program())
+        except Exception:  # pragma: no cover - introspection only
+            return
+        before = dims(program)
+        lost = [f"{a[0]} axis {i}" for a, b in zip(after, before) for i, (x, y) in enumerate(zip(a[1], b[1]))
+                if y and not x]
+        if lost:
+            logger.warning("ExecuTorch lowering made dynamic axes static (%s): the program will refuse other "
+                           "sizes on them. A pass guarded on the sample size; please report it.", ", ".join(lost))
+
+    # -- names --------------------------------------------------------------------------------------
+    @staticmethod
+    def _io_record(manager: Any, input_names: list[str], config: ExecutorchConfig,
+                   bounds: dict[str, list[int]]) -> dict[str, Any]:
+        """Names of the method's positional inputs and outputs, in runtime order."""
+        ep = manager.exported_program("forward")
+        signature = ep.graph_signature
+        user_inputs = [s for s in signature.input_specs if s.kind.name == "USER_INPUT"]
+        if len(user_inputs) == len(input_names):
+            by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names) if hasattr(s.arg, "name")}
+            names_in = list(input_names)
+        else:
+            logger.warning("the program has %d user inputs but the sample flattens to %d names; inputs keep "
+                           "positional names", len(user_inputs), len(input_names))
+            by_placeholder = {}
+            names_in = [f"input_{i}" for i in range(len(user_inputs))]
+        user_outputs = [s for s in signature.output_specs if s.kind.name == "USER_OUTPUT"]
+        out_names = leaf_names(ep.call_spec.out_spec) if ep.call_spec.out_spec is not None else []
+        if len(out_names) != len(user_outputs):
+            out_names = [f"output_{i}" for i in range(len(user_outputs))]
+        # The runtime returns mutated user inputs first (their new values), then the user outputs;
+        # buffer mutations stay inside the program.
+        mutated = []
+        for spec in signature.output_specs:
+            if spec.kind.name == "USER_INPUT_MUTATION":
+                mutated.append(by_placeholder.get(spec.target, spec.target))
+        return {
+            "format": "hfexport.executorch/1",
+            "inputs": names_in,
+            "outputs": mutated + out_names,
+            "mutated_inputs": mutated,
+            "mutable_buffers": [s.target for s in signature.output_specs if s.kind.name == "BUFFER_MUTATION"],
+            "dynamic_dims": bounds,
+            "backend": config.backend,
+            "alloc": {"graph_input": config.alloc_graph_input, "graph_output": config.alloc_graph_output,
+                      "mutable_buffers": config.alloc_mutable_buffers},
+        }
+
+    # -- artifacts ----------------------------------------------------------------------------------
+    @classmethod
+    def save(cls, program: Any, path: str) -> list[str]:
+        """Write ``path`` (.pte) and ``<path>.json`` (names) atomically: both files or neither."""
+        target = Path(path)
+        if target.suffix != cls.file_suffix:
+            raise ValueError(f"an ExecuTorch program is saved as a {cls.file_suffix} file, got {target.name!r}")
+        io = getattr(program, IO_ATTR, None)
+        side = side_file(target)
+        written = [str(target)]
+        try:
+            with atomic_output(target) as tmp:
+                with open(tmp / target.name, "wb") as f:
+                    program.write_to_file(f)
+                if io is not None:
+                    (tmp / side.name).write_text(json.dumps(io, indent=1))
+                    written.insert(0, str(side))
+        except HfExportError:
+            raise
+        except Exception as exc:
+            raise HfExportError(f"saving the ExecuTorch program to {target} failed: {type(exc).__name__}: {exc}",
+                                stage="save") from exc
+        if io is None and side.exists():
+            logger.warning("%s is left from an earlier save; it does not describe this program", side)
+        return written
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """The saved program as an ``executorch.runtime`` Program (names: ``read_io(path)``)."""
+        from executorch.runtime import Runtime
+
+        return Runtime.get().load_program(Path(path))
+
+
+def read_io(path: str | Path) -> dict[str, Any] | None:
+    """The names recorded next to a saved program, or None when there is no side file."""
+    side = side_file(path)
+    if not side.exists():
+        return None
+    return json.loads(side.read_text())
+
+
+def _brief(exc: BaseException, limit: int = 1500) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+__all__ = ["ExecutorchExporter", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_LENGTH", "read_io", "side_file", "leaf_names"]

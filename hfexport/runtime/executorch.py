@@ -1,0 +1,190 @@
+"""ExecuTorch runners: named inputs in, named outputs out, and the static-cache decode loop.
+
+A ``.pte`` knows only positional inputs and outputs; the names come from the record
+``ExecutorchExporter`` keeps on the program manager (``hfexport_io``) and writes next to a
+saved program (``<name>.pte.json``). Without it, names are positional
+(``input_0``..., ``output_0``...).
+
+The Python runtime copies inputs in and outputs out on every call, and never writes
+into the caller's tensors. A cache passed as a graph input therefore comes back as
+outputs (mutated inputs first), and the decode loop reads it back each step. A program
+that owns its cache as mutable buffers keeps it across ``execute()`` calls instead (the
+attributes ``emit_mutable_buffer_names`` exposes): ``ExecutorchDecodeLoop`` uses that form
+when the program has it, since it avoids the per-step copies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import HfExportError, RunnerInputError
+from .base import Runner
+from .decode import DecodeLoop
+
+logger = logging.getLogger(__name__)
+
+# ExecuTorch ScalarType codes (executorch/runtime/core/portable_type/scalar_type.h) -> torch dtypes.
+SCALAR_TYPES: dict[int, torch.dtype] = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
+    6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
+}
+
+
+def _dtype(info: Any) -> torch.dtype | None:
+    code = info.dtype()
+    code = int(getattr(code, "value", code))
+    return SCALAR_TYPES.get(code)
+
+
+def _load(program: Any) -> tuple[Any, dict[str, Any] | None]:
+    """(runtime Program, io record) from a path, bytes or an ExecutorchProgramManager."""
+    from executorch.runtime import Runtime
+
+    runtime = Runtime.get()
+    if isinstance(program, (str, Path)):
+        path = Path(program)
+        side = path.with_name(path.name + ".json")
+        io = json.loads(side.read_text()) if side.exists() else None
+        if io is None:
+            logger.warning("%s has no side file %s: inputs and outputs get positional names", path.name, side.name)
+        return runtime.load_program(path), io
+    if isinstance(program, (bytes, bytearray)):
+        return runtime.load_program(bytes(program)), None
+    io = getattr(program, "hfexport_io", None)
+    return runtime.load_program(program.buffer), io
+
+
+class ExecutorchRunner(Runner):
+    """Runs the ``forward`` method of a ``.pte`` (path) or an in-memory ExecutorchProgramManager."""
+
+    backend = "executorch"
+
+    def __init__(self, program: Any, method: str = "forward") -> None:
+        self.program, io = _load(program)
+        if method not in self.program.method_names:
+            raise ValueError(f"the program has no method {method!r}; it has {sorted(self.program.method_names)}")
+        self.method = self.program.load_method(method)
+        meta = self.method.metadata
+        self._meta = meta
+        n_in, n_out = meta.num_inputs(), meta.num_outputs()
+        self.io = io or {}
+        names_in = list(self.io.get("inputs", []))
+        names_out = list(self.io.get("outputs", []))
+        if len(names_in) != n_in:
+            if names_in:
+                logger.warning("the recorded input names (%d) do not match the method's %d inputs; using "
+                               "positional names", len(names_in), n_in)
+            names_in = [f"input_{i}" for i in range(n_in)]
+        if len(names_out) != n_out:
+            if names_out:
+                logger.warning("the recorded output names (%d) do not match the method's %d outputs; using "
+                               "positional names", len(names_out), n_out)
+            names_out = [f"output_{i}" for i in range(n_out)]
+        self._inputs = names_in
+        self._outputs = names_out
+
+    @property
+    def input_names(self) -> list[str]:
+        return self._inputs
+
+    @property
+    def output_names(self) -> list[str]:
+        return self._outputs
+
+    def expected_inputs(self) -> dict[str, tuple[tuple[Any, ...], Any]]:
+        """name -> (shape, dtype); dynamic axes (per the export record) are strings like ``'<=8'``."""
+        dynamic = self.io.get("input_dynamic_axes", {})
+        out = {}
+        for i, name in enumerate(self._inputs):
+            try:
+                info = self._meta.input_tensor_meta(i)
+            except Exception:  # a non-tensor input (int)
+                continue
+            sizes = list(info.sizes())
+            axes = dynamic.get(name, None)
+            shape = tuple(f"<={s}" if (axes is None or a in axes) else s for a, s in enumerate(sizes))
+            out[name] = (shape, _dtype(info))
+        return out
+
+    def check_inputs(self, flat: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        checked = super().check_inputs(flat)
+        for name, (shape, _) in self.expected_inputs().items():
+            got = checked[name]
+            for axis, (want, have) in enumerate(zip(shape, got.shape)):
+                if isinstance(want, str) and have > int(want[2:]):
+                    raise RunnerInputError(
+                        f"ExecutorchRunner: input {name!r} has size {have} on axis {axis}, above the {int(want[2:])} "
+                        "the program was planned for. Export with a larger bound (Dim(max=...) or "
+                        "ExecutorchExporter(max_batch=, max_length=))."
+                    )
+        return checked
+
+    def run_positional(self, values: list[torch.Tensor]) -> list[torch.Tensor]:
+        try:
+            return list(self.method.execute([v.contiguous() for v in values]))
+        except Exception as exc:
+            raise HfExportError(f"ExecuTorch failed to run the program: {type(exc).__name__}: {exc}",
+                                stage="run") from exc
+
+    def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        outputs = self.run_positional([flat_inputs[n] for n in self._inputs])
+        return dict(zip(self._outputs, outputs))
+
+
+class ExecutorchDecodeLoop(DecodeLoop):
+    """Greedy decode over a static-cache ``decode`` program: prefill the prompt, then one token per call.
+
+    The cache enters the program as inputs (``past_key_values.*``); the runtime returns its new
+    values first among the outputs, and the loop feeds them back on the next call.
+    """
+
+    backend = "executorch"
+
+    def __init__(self, program: Any, max_cache_len: int | None = None) -> None:
+        self.runner = ExecutorchRunner(program)
+        names = self.runner.input_names
+        expected = self.runner.expected_inputs()
+        self.cache_names = [n for n in names if n.startswith("past_key_values.")]
+        if not self.cache_names:
+            raise ValueError("the decode program takes no cache input; export it with a StaticCache "
+                             "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)")
+        recorded = self.runner.io.get("sample_shapes", {})
+        self.cache: dict[str, torch.Tensor] = {}
+        lengths = []
+        for name in self.cache_names:
+            shape, dtype = expected[name]
+            sizes = [int(str(s).lstrip("<=")) for s in shape]
+            if name.endswith(".keys") or name.endswith(".values"):
+                length = int(recorded[name][2]) if name in recorded else sizes[2]
+                if max_cache_len is not None:
+                    length = max_cache_len
+                sizes[2] = length
+                lengths.append(length)
+                sizes[0] = 1
+            self.cache[name] = torch.zeros(sizes, dtype=dtype or torch.float32)
+        self.max_cache_len = max(lengths)
+        mask_name = "attention_mask" if "attention_mask" in names else None
+        self._takes_mask = mask_name is not None
+        if mask_name:
+            self.mask_dtype = expected[mask_name][1] or torch.bool
+        out = self.runner.output_names
+        self._logits_index = out.index("logits") if "logits" in out else len(self.runner.io.get("mutated_inputs", []))
+        self._returned = {name: out.index(name) for name in self.cache_names if name in out}
+
+    def reset(self) -> None:
+        for t in self.cache.values():
+            t.zero_()
+
+    def step(self, input_ids, attention_mask, position_ids):
+        feed = {"input_ids": input_ids, "position_ids": position_ids, **self.cache}
+        if self._takes_mask:
+            feed["attention_mask"] = attention_mask
+        outputs = self.runner.run_positional([feed[n] for n in self.runner.input_names])
+        for name, index in self._returned.items():
+            self.cache[name] = outputs[index]
+        return outputs[self._logits_index]
