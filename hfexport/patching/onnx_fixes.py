@@ -165,3 +165,28 @@ def _is_all_true(x: Any) -> Any:
 
     as_int = op.Cast(x, to=ir.DataType.INT64)
     return op.Cast(op.ReduceMin(as_int, keepdims=0), to=ir.DataType.BOOL)
+
+
+@register_onnx_ir_fix(
+    reason="with Dim.AUTO, axes torch.export specialised to a constant still reach the ONNX graph as symbolic dims "
+    "named '3', '32' (a SymInt that is a number); make them fixed so ORT and runners check them. Remove when "
+    "torch.onnx writes such axes as dim_value."
+)
+def _numeric_symbolic_dims_as_fixed(model: Any) -> bool:
+    import onnx_ir as ir
+
+    changed = False
+    values = list(model.graph.inputs) + list(model.graph.outputs)
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        values.extend(node.outputs)
+    for value in values:
+        shape = value.shape
+        if shape is None:
+            continue
+        dims = list(shape.dims)
+        fixed = [int(d.value) if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str) and d.value.isdigit()
+                 else d for d in dims]
+        if fixed != dims:
+            value.shape = ir.Shape(fixed)
+            changed = True
+    return changed
