@@ -90,13 +90,22 @@ class ModuleImplementation(Implementation):
         return str(version)
 
     def config(self, backend: str, **overrides: Any) -> Any:
+        # from_dict takes serialised data; live torch.export.Dim specs are set on the built config instead.
+        live = {k: overrides.pop(k) for k in ("dynamic_shapes",) if k in overrides}
         data = {"export_format": backend, **overrides}
         try:
-            return self.module.AutoExportConfig.from_dict(data)
+            config = self.module.AutoExportConfig.from_dict(data)
         except (KeyError, ValueError) as exc:
             if "unknown export_format" in str(exc) or "known formats" in str(exc):
                 raise Unsupported(f"{self.name} has no backend {backend!r}: {exc}") from exc
             raise
+        if live:
+            if dataclasses.is_dataclass(config):
+                config = dataclasses.replace(config, **live)
+            else:
+                for key, value in live.items():
+                    setattr(config, key, value)
+        return config
 
     def exporter(self, backend: str) -> Any:
         return self.module.AutoHfExporter.from_config(self.config(backend))

@@ -47,7 +47,8 @@ def dim_specs(draw, sample_inputs: Mapping[str, Any], axes: Mapping[str, int] | 
             continue
         (size,) = sizes_seen
         lo = draw(st.integers(1, size))
-        hi = draw(st.integers(max(size, 2), max(size, 2) + max_size))
+        floor = max(size, lo + 1)  # torch.export.Dim needs min < max
+        hi = draw(st.integers(floor, floor + max_size))
         dims[axis_name] = (axis, Dim(axis_name, min=lo, max=hi))
     spec: dict[str, Any] = {}
     for name, t in tensors.items():
