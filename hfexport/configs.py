@@ -105,6 +105,9 @@ def _spec_to_data(spec: Any) -> Any:
 
 
 def _spec_from_data(data: Any) -> Any:
+    """Inverse of _spec_to_data; a live spec (Dim objects, int axis keys) passes through unchanged."""
+    if isinstance(data, dict) and any(not isinstance(k, str) for k in data):
+        return {k: _spec_from_data(v) for k, v in data.items()}
     if isinstance(data, dict):
         if _DIM_TAG in data:
             return _decode_dim(data)
@@ -115,8 +118,8 @@ def _spec_from_data(data: Any) -> Any:
             key: Any = int(k[len("__axis__"):]) if k.startswith("__axis__") else k
             out[key] = _spec_from_data(v)
         return out
-    if isinstance(data, list):
-        return [_spec_from_data(v) for v in data]
+    if isinstance(data, (list, tuple)):
+        return type(data)(_spec_from_data(v) for v in data)
     return data
 
 

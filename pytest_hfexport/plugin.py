@@ -219,6 +219,9 @@ def _identity(item: pytest.Item) -> tuple[str, str, str] | None:
     if callspec is None or "hfexport_backend" not in callspec.params:
         return None
     backend = callspec.params["hfexport_backend"] or "-"
+    case = item.get_closest_marker("hfexport_case")
+    if case is not None and len(case.args) == 2:
+        return (str(case.args[0]), backend, str(case.args[1]))
     marker = item.get_closest_marker("hfexport_checks")
     if marker is not None:
         value = callspec.params.get(marker.kwargs.get("argname", "check"))

@@ -80,3 +80,9 @@ def test_from_dict_rejects_unknown_fields_and_wrong_format():
         DynamoConfig.from_dict({"export_format": "onnx"})
     with pytest.raises(ValueError, match="known formats"):
         AutoExportConfig.from_dict({"export_format": "tflite"})
+
+
+def test_from_dict_accepts_a_live_dynamic_shapes_spec():
+    batch = Dim("batch", min=1, max=4)
+    config = DynamoConfig.from_dict({"export_format": "dynamo", "dynamic_shapes": {"input_ids": {0: batch}}})
+    assert config.dynamic_shapes["input_ids"][0] is batch
