@@ -340,15 +340,27 @@ def _token_ids_tensor(config: Any, batch: int, seq: int, avoid: Sequence[int] = 
 
 
 def _image_token_count(config: Any) -> int:
-    for key in ("image_seq_length", "mm_tokens_per_image", "num_image_tokens"):
+    """Image tokens one image expands to.
+
+    Models that pool image features state the count (``mm_tokens_per_image``); LLaVA-style models
+    keep one token per patch, and their ``image_seq_length`` is the default checkpoint's (576), not
+    this config's, so the count is derived from the vision config first.
+    """
+    pooled = getattr(config, "mm_tokens_per_image", None)
+    if isinstance(pooled, int) and pooled > 0:
+        return pooled
+    vision = config.vision_config
+    size, patch = getattr(vision, "image_size", None), getattr(vision, "patch_size", None)
+    if isinstance(size, int) and isinstance(patch, int) and patch > 0:
+        count = (size // patch) ** 2
+        if getattr(config, "vision_feature_select_strategy", "default") == "full":
+            count += 1  # the CLS token is kept
+        return count
+    for key in ("image_seq_length", "num_image_tokens"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
             return value
-    vision = config.vision_config
-    count = (vision.image_size // vision.patch_size) ** 2
-    if getattr(config, "vision_feature_select_strategy", "default") == "full":
-        count += 1  # the CLS token is kept
-    return count
+    raise ValueError(f"cannot tell how many image tokens {type(config).__name__} expects per image")
 
 
 def _vlm_inputs(config: Any, batch: int, seq: int, params: set[str]) -> dict[str, Any]:
@@ -451,8 +463,13 @@ def check_artifact(path: Path, module: Any, kwargs: Mapping[str, Any], tolerance
     from .outputs import flatten_named
 
     result: dict[str, Any] = {"artifact": path.name, "inputs": label, "tolerance": tolerance}
-    with torch.no_grad():
-        reference = flatten_named(module(**copy.deepcopy(dict(kwargs))))
+    try:
+        with torch.no_grad():
+            reference = flatten_named(module(**copy.deepcopy(dict(kwargs))))
+    except Exception as exc:
+        result.update(status="error", outputs=[], error=f"the eager model itself failed on these inputs, so there "
+                      f"is nothing to compare with: {type(exc).__name__}: {str(exc)[:600]}")
+        return result
     try:
         runner = runtime.load(path)
         flat = runner.flatten_inputs(copy.deepcopy(dict(kwargs)))
@@ -892,6 +909,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hfexport: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug of ours must still give exit 3 and a way forward
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
+        message = (f"unexpected {type(exc).__name__}: {exc}. This is a bug in hfexport's command line; rerun with "
+                   "-v for the traceback and report it (the Python API, hfexport.AutoHfExporter, may work meanwhile).")
+        print(f"hfexport {args.command}: error: {message}", file=sys.stderr)
+        if args.json:
+            emit_json({"command": args.command, "exit_code": EXIT_FAILED, "status": "failed", "error": message})
+        return EXIT_FAILED
     result = {"command": args.command, "exit_code": code, **result}
     if args.json:
         emit_json(result)

@@ -1,0 +1,155 @@
+"""Decode tokens/second: each backend's exported static-cache loop against eager ``generate``.
+
+The model is a small random-weight llama (hidden 256, 4 layers, vocab 1024) with a 512-slot
+static cache. Each backend exports ``decode`` with ``export_for_generation(..., multi_token_decode=True)``
+and a static ``GenerationConfig``; ``hfexport.runtime.decode.decode_loop`` then prefills the prompt
+and decodes greedily. Eager runs ``model.generate`` with the same static cache (no torch.compile);
+its decode rate is (N - 1) / (t(N tokens) - t(1 token)), so prefill is not counted on either side.
+Every backend's tokens are compared with eager's. A backend that cannot export or run here is
+reported as ``unavailable: <reason>`` and the others still run.
+
+    python benchmarks/decode_throughput.py                         # dynamo, onnx, executorch; 64 tokens
+    python benchmarks/decode_throughput.py --backends dynamo --new-tokens 128 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import _common
+
+BACKENDS = ("dynamo", "onnx", "executorch")
+
+
+def build_model(hidden: int, layers: int, vocab: int, cache: int) -> Any:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                                      max_position_embeddings=max(1024, cache), bos_token_id=1, eos_token_id=2,
+                                      pad_token_id=0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def generation_config(cache: int, new_tokens: int | None = None) -> Any:
+    import transformers
+
+    extra = {} if new_tokens is None else {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+    return transformers.GenerationConfig(cache_implementation="static", max_cache_len=cache, do_sample=False,
+                                         num_beams=1, pad_token_id=0, disable_compile=True, **extra)
+
+
+def eager_rate(model: Any, prompt: Any, new_tokens: int, cache: int, repeat: int) -> dict[str, Any]:
+    import torch
+
+    def run(n: int) -> tuple[float, list[int]]:
+        with torch.no_grad():
+            seconds, out = _common.timed(lambda: model.generate(
+                input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=generation_config(cache, n)))
+        return seconds, out[0, prompt.shape[1]:].tolist()
+
+    run(new_tokens)  # warm-up
+    rates, tokens = [], []
+    for _ in range(repeat):
+        t1, _ = run(1)
+        tn, tokens = run(new_tokens)
+        rates.append((new_tokens - 1) / max(tn - t1, 1e-9))
+    return {"tokens_per_s": statistics.median(rates), "runs": rates, "tokens": tokens}
+
+
+def backend_rate(backend: str, model: Any, prompt: Any, new_tokens: int, cache: int, repeat: int,
+                 workdir: Path) -> dict[str, Any]:
+    """Export, save and load ``decode`` for ``backend``, then time its loop. Raises when unavailable."""
+    import torch
+
+    from hfexport import AutoExportConfig, AutoHfExporter
+    from hfexport.runtime.decode import decode_loop
+
+    data: dict[str, Any] = {"export_format": backend, "dynamic": True}
+    if backend == "executorch":  # cache tensors owned by the caller, as the decode loop expects
+        data.update(alloc_graph_input=False, alloc_graph_output=False)
+    config = AutoExportConfig.from_dict(data)
+    exporter = AutoHfExporter.from_config(config)
+    inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    export_s, programs = _common.timed(lambda: exporter.export_for_generation(
+        model, inputs, config, generation_config=generation_config(cache), multi_token_decode=True))
+    path = workdir / f"decode{exporter.file_suffix}"
+    exporter.save(programs["decode"], str(path))
+    del programs
+    loop = decode_loop(str(path), backend)
+    loop.generate(prompt, new_tokens)  # warm-up
+    results = [loop.generate(prompt, new_tokens) for _ in range(repeat)]
+    return {"tokens_per_s": statistics.median(r.tokens_per_s for r in results),
+            "runs": [r.tokens_per_s for r in results],
+            "prefill_ms": 1000 * statistics.median(r.prefill_s for r in results),
+            "export_s": export_s, "tokens": results[-1].tokens}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list (default: all three)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run (default 64)")
+    parser.add_argument("--prompt-len", type=int, default=16, help="prompt tokens (default 16)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per backend; the median counts (default 3)")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden size (default 256)")
+    parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
+    parser.add_argument("--cache", type=int, default=512, help="static cache slots (default 512)")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="folder for decode_throughput.json/.png")
+    args = parser.parse_args(argv)
+    _common.quiet_logs()
+    if args.prompt_len + args.new_tokens > args.cache:
+        parser.error(f"--prompt-len + --new-tokens ({args.prompt_len + args.new_tokens}) exceeds --cache {args.cache}")
+    backends = [b for b in args.backends.split(",") if b]
+    if any(b not in BACKENDS for b in backends):
+        parser.error(f"--backends takes {list(BACKENDS)}")
+
+    import torch
+
+    model = build_model(args.hidden, args.layers, 1024, args.cache)
+    torch.manual_seed(1)
+    prompt = torch.randint(3, 1024, (1, args.prompt_len))
+
+    print("eager generate ...", file=sys.stderr, flush=True)
+    eager = eager_rate(model, prompt, args.new_tokens, args.cache, args.repeat)
+    rows: list[dict[str, Any]] = [{"runner": "eager generate (static cache)", "status": "ok",
+                                   "tokens_per_s": eager["tokens_per_s"], "runs": eager["runs"],
+                                   "speedup_vs_eager": 1.0, "tokens_match_eager": True}]
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in backends:
+            print(f"{backend}: export + decode loop ...", file=sys.stderr, flush=True)
+            row: dict[str, Any] = {"runner": f"{backend} decode loop"}
+            try:
+                result = backend_rate(backend, model, prompt, args.new_tokens, args.cache, args.repeat, Path(tmp))
+            except Exception as exc:  # a backend colleagues are still finishing: report, keep going
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                row.update(status=f"unavailable: {type(exc).__name__}: {first}", tokens_per_s=None)
+            else:
+                row.update(status="ok", **{k: v for k, v in result.items() if k != "tokens"},
+                           speedup_vs_eager=result["tokens_per_s"] / eager["tokens_per_s"],
+                           tokens_match_eager=result["tokens"] == eager["tokens"])
+            rows.append(row)
+
+    print(_common.table(["runner", "tokens/s", "x eager", "prefill ms", "export s", "tokens = eager", "status"],
+                        [[r["runner"], r.get("tokens_per_s"), r.get("speedup_vs_eager"), r.get("prefill_ms"),
+                          r.get("export_s"), r.get("tokens_match_eager"), r["status"][:90]] for r in rows]))
+    payload = {"model": {"arch": "llama", "hidden": args.hidden, "layers": args.layers, "vocab": 1024,
+                         "cache": args.cache}, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+               "repeat": args.repeat, "torch_threads": torch.get_num_threads(), "rows": rows}
+    path = _common.write_json(args.out, "decode_throughput", payload)
+    png = _common.bar_plot(args.out, "decode_throughput", f"decode tokens/s, llama h{args.hidden} x{args.layers}, "
+                           f"cache {args.cache} (higher is better)", [r["runner"] for r in rows],
+                           {"tokens/s": [r.get("tokens_per_s") for r in rows]}, "tokens / second")
+    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    print(_common.json.dumps({"rows": rows}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
