@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Mapping
 import torch
 import torch.utils._pytree as pytree
 
+from . import caches
 from .auto import register_exporter
 from .configs import ExecutorchConfig, ExportFormat
 from .dynamo import DynamoExporter, split_inputs
@@ -80,6 +81,57 @@ def leaf_names(spec: Any) -> list[str]:
     return [name if name is not None else f"output_{i}" for i, name in enumerate(names)]
 
 
+class CacheOwner(torch.nn.Module):
+    """The model with its StaticCache held as buffers: ExecuTorch then owns the cache as mutable state.
+
+    Why: the Python runtime copies graph inputs in and outputs out on every call, so a cache passed as
+    an input costs two copies of the whole cache per decode step. Buffers the graph mutates
+    (BUFFER_MUTATION) persist inside the program across ``execute()`` calls instead, and
+    ``emit_mutable_buffer_names`` lets a runtime reach them by name (to reset or fill them).
+    The forward rebuilds the cache object around the buffers on every call, so the cache's own
+    in-place writes land in them (and the trace sees buffers, not captured constants).
+    """
+
+    def __init__(self, model: torch.nn.Module, cache_name: str, cache: Any) -> None:
+        super().__init__()
+        self.wrapped = model
+        self.cache_name = cache_name
+        leaves, self._spec = pytree.tree_flatten(cache)
+        names = list(caches.named_cache_tensors(cache, cache_name))
+        if len(names) != len(leaves) or not all(isinstance(t, torch.Tensor) for t in leaves):
+            raise HfExportError(f"the {cache_name} cache has non-tensor state; it cannot become buffers",
+                                stage="export")
+        self.attributes: dict[str, str] = {}
+        for name, leaf in zip(names, leaves):
+            attr = name.replace(".", "_")
+            self.register_buffer(attr, leaf.detach().clone(), persistent=False)
+            self.attributes[name] = attr
+
+    @property
+    def config(self) -> Any:
+        return getattr(self.wrapped, "config", None)
+
+    def forward(self, **kwargs: Any) -> Any:
+        cache = pytree.tree_unflatten([self.get_buffer(a) for a in self.attributes.values()], self._spec)
+        out = self.wrapped(**kwargs, **{self.cache_name: cache})
+        if isinstance(out, Mapping):  # the cache is state now, not an output (the runner reads it back)
+            return {k: v for k, v in out.items() if k != self.cache_name}
+        return out
+
+    @classmethod
+    def wrap(cls, model: Any, sample_inputs: Mapping[str, Any]) -> tuple[Any, dict[str, Any], dict[str, str]]:
+        """(module to export, its sample inputs, {flat cache name: attribute}); unchanged without a StaticCache."""
+        from transformers import StaticCache
+
+        static = [k for k, v in sample_inputs.items() if isinstance(v, StaticCache)]
+        if not static:
+            return model, dict(sample_inputs), {}
+        name = static[0]
+        owner = cls(model, name, caches.clone_cache(sample_inputs[name]))
+        rest = {k: v for k, v in sample_inputs.items() if k != name}
+        return owner, rest, dict(owner.attributes)
+
+
 @register_exporter("executorch")
 class ExecutorchExporter(DynamoExporter):
     """transformers model -> ``executorch.exir.ExecutorchProgramManager`` (see the module doc for the stages)."""
@@ -90,12 +142,15 @@ class ExecutorchExporter(DynamoExporter):
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "executorch")
     file_suffix = ".pte"
 
-    def __init__(self, max_batch: int = DEFAULT_MAX_BATCH, max_length: int = DEFAULT_MAX_LENGTH) -> None:
+    def __init__(self, max_batch: int = DEFAULT_MAX_BATCH, max_length: int = DEFAULT_MAX_LENGTH,
+                 cache_as_buffers: bool = False) -> None:
+        """``cache_as_buffers``: a StaticCache in the sample becomes state the program owns (see ``CacheOwner``)."""
         super().__init__()
         if max_batch < 2 or max_length < 2:
             raise ValueError(f"max_batch and max_length must be >= 2, got {max_batch}, {max_length}")
         self.max_batch = int(max_batch)
         self.max_length = int(max_length)
+        self.cache_as_buffers = bool(cache_as_buffers)
 
     # -- export -----------------------------------------------------------------------------------
     def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExecutorchConfig | None = None) -> Any:
@@ -107,15 +162,22 @@ class ExecutorchExporter(DynamoExporter):
                 "Export with backend='xnnpack' (CPU) or 'portable', or run on a machine with CUDA."
             )
         graph_inputs, _ = split_inputs(sample_inputs)
+        owned: dict[str, str] = {}
+        if self.cache_as_buffers:
+            model, sample_inputs, owned = CacheOwner.wrap(model, sample_inputs)
+            graph_inputs, _ = split_inputs(sample_inputs)
         input_names = list(flatten_named(graph_inputs).keys())
         start = time.perf_counter()
         program = self.trace(model, sample_inputs, config)
-        bounds = self.bound_dynamic_dims(program, graph_inputs, model)
+        bounds = self.bound_dynamic_dims(program, graph_inputs, getattr(model, "wrapped", model))
         dynamic_axes = self._dynamic_axes(program, input_names)
         manager = self.lower(program, config)
         io = self._io_record(manager, input_names, config, bounds)
         io["input_dynamic_axes"] = dynamic_axes
         io["sample_shapes"] = {n: list(t.shape) for n, t in flatten_named(graph_inputs).items()}
+        if owned:
+            io["owned_inputs"] = owned
+            io["sample_shapes"].update({n: list(model.get_buffer(a).shape) for n, a in owned.items()})
         setattr(manager, IO_ATTR, io)
         logger.info("ExecuTorch export of %s (%s) took %.1fs", type(model).__name__, config.backend,
                     time.perf_counter() - start)

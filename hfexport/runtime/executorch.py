@@ -87,14 +87,30 @@ class ExecutorchRunner(Runner):
             names_out = [f"output_{i}" for i in range(n_out)]
         self._inputs = names_in
         self._outputs = names_out
+        # Cache tensors the program owns as mutable buffers: {flat name: attribute name}.
+        self.owned: dict[str, str] = dict(self.io.get("owned_inputs", {}))
 
     @property
     def input_names(self) -> list[str]:
+        return self._inputs + list(self.owned)
+
+    @property
+    def positional_names(self) -> list[str]:
+        """The method's own inputs, in order (owned state excluded)."""
         return self._inputs
 
     @property
     def output_names(self) -> list[str]:
-        return self._outputs
+        return self._outputs + [n for n in self.owned if n not in self._outputs]
+
+    def attribute(self, name: str) -> torch.Tensor:
+        """A live view of program-owned state (flat name or attribute name): writes change the program's state."""
+        attr = self.owned.get(name, name)
+        try:
+            return self.method._method.get_attribute(attr)
+        except Exception as exc:
+            raise KeyError(f"the program has no mutable buffer {attr!r} (export with emit_mutable_buffer_names; "
+                           f"owned: {sorted(self.owned)})") from exc
 
     def expected_inputs(self) -> dict[str, tuple[tuple[Any, ...], Any]]:
         """name -> (shape, dtype); dynamic axes (per the export record) are strings like ``'<=8'``."""
@@ -132,46 +148,64 @@ class ExecutorchRunner(Runner):
                                 stage="run") from exc
 
     def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        for name in self.owned:  # a cache the program owns: load the given state into it
+            with torch.no_grad():
+                self.attribute(name).copy_(flat_inputs[name])
         outputs = self.run_positional([flat_inputs[n] for n in self._inputs])
-        return dict(zip(self._outputs, outputs))
+        named = dict(zip(self._outputs, outputs))
+        for name in self.owned:  # and hand back its new state, as a cache input's write-back would
+            named.setdefault(name, self.attribute(name).clone())
+        return named
 
 
 class ExecutorchDecodeLoop(DecodeLoop):
     """Greedy decode over a static-cache ``decode`` program: prefill the prompt, then one token per call.
 
-    The cache enters the program as inputs (``past_key_values.*``); the runtime returns its new
-    values first among the outputs, and the loop feeds them back on the next call.
+    Two program forms, told apart by the export record:
+
+    * cache owned by the program (``ExecutorchExporter(cache_as_buffers=True)``): the cache stays inside
+      the method between calls; ``reset`` zeroes it through the named attributes, ``step`` passes only
+      tokens, mask and positions. No cache copy per step.
+    * cache as graph inputs: the runtime copies the cache in, and returns its new values first among the
+      outputs; the loop feeds them back on the next call (two cache copies per step).
     """
 
     backend = "executorch"
 
     def __init__(self, program: Any, max_cache_len: int | None = None) -> None:
         self.runner = ExecutorchRunner(program)
-        names = self.runner.input_names
+        names = self.runner.positional_names
         expected = self.runner.expected_inputs()
+        recorded = self.runner.io.get("sample_shapes", {})
+        self.owned = dict(self.runner.owned)
         self.cache_names = [n for n in names if n.startswith("past_key_values.")]
-        if not self.cache_names:
+        if not self.cache_names and not self.owned:
             raise ValueError("the decode program takes no cache input; export it with a StaticCache "
                              "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)")
-        recorded = self.runner.io.get("sample_shapes", {})
         self.cache: dict[str, torch.Tensor] = {}
         lengths = []
+        for name in self.owned:
+            t = self.runner.attribute(name)
+            if t.dim() == 4:
+                lengths.append(t.shape[2])
+        if self.owned and max_cache_len not in (None, *lengths):
+            raise ValueError(f"this program owns a cache of {max(lengths)} slots; it cannot be resized "
+                             f"(max_cache_len={max_cache_len}). Export with that max_cache_len instead.")
         for name in self.cache_names:
             shape, dtype = expected[name]
             sizes = [int(str(s).lstrip("<=")) for s in shape]
+            if name in recorded:
+                sizes = list(recorded[name])
             if name.endswith(".keys") or name.endswith(".values"):
-                length = int(recorded[name][2]) if name in recorded else sizes[2]
                 if max_cache_len is not None:
-                    length = max_cache_len
-                sizes[2] = length
-                lengths.append(length)
+                    sizes[2] = max_cache_len
+                lengths.append(sizes[2])
                 sizes[0] = 1
             self.cache[name] = torch.zeros(sizes, dtype=dtype or torch.float32)
         self.max_cache_len = max(lengths)
-        mask_name = "attention_mask" if "attention_mask" in names else None
-        self._takes_mask = mask_name is not None
-        if mask_name:
-            self.mask_dtype = expected[mask_name][1] or torch.bool
+        self._takes_mask = "attention_mask" in names
+        if self._takes_mask:
+            self.mask_dtype = expected["attention_mask"][1] or torch.bool
         out = self.runner.output_names
         self._logits_index = out.index("logits") if "logits" in out else len(self.runner.io.get("mutated_inputs", []))
         self._returned = {name: out.index(name) for name in self.cache_names if name in out}
@@ -179,12 +213,14 @@ class ExecutorchDecodeLoop(DecodeLoop):
     def reset(self) -> None:
         for t in self.cache.values():
             t.zero_()
+        for name in self.owned:
+            self.runner.attribute(name).zero_()
 
     def step(self, input_ids, attention_mask, position_ids):
         feed = {"input_ids": input_ids, "position_ids": position_ids, **self.cache}
         if self._takes_mask:
             feed["attention_mask"] = attention_mask
-        outputs = self.runner.run_positional([feed[n] for n in self.runner.input_names])
+        outputs = self.runner.run_positional([feed[n] for n in self.runner.positional_names])
         for name, index in self._returned.items():
             self.cache[name] = outputs[index]
         return outputs[self._logits_index]
