@@ -68,6 +68,7 @@ class ExecutorchRunner(Runner):
         self.program, io = _load(program)
         if method not in self.program.method_names:
             raise ValueError(f"the program has no method {method!r}; it has {sorted(self.program.method_names)}")
+        self.method_name = method
         self.method = self.program.load_method(method)
         meta = self.method.metadata
         self._meta = meta
@@ -102,6 +103,10 @@ class ExecutorchRunner(Runner):
     @property
     def output_names(self) -> list[str]:
         return self._outputs + [n for n in self.owned if n not in self._outputs]
+
+    def reload(self) -> None:
+        """A fresh method: all runtime-side state (owned buffers, unplanned-input storage) back to its start."""
+        self.method = self.program.load_method(self.method_name)
 
     def attribute(self, name: str) -> torch.Tensor:
         """A live view of program-owned state (flat name or attribute name): writes change the program's state."""
@@ -213,6 +218,10 @@ class ExecutorchDecodeLoop(DecodeLoop):
     def reset(self) -> None:
         for t in self.cache.values():
             t.zero_()
+        if not self.runner.io.get("alloc", {}).get("graph_input", True):
+            # Unplanned inputs: the Python runtime keeps the cache storage of earlier calls on its side,
+            # so zeroing ours is not enough; a fresh method starts from nothing (loading it is cheap).
+            self.runner.reload()
         for name in self.owned:
             self.runner.attribute(name).zero_()
 

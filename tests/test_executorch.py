@@ -1,0 +1,379 @@
+"""ExecutorchExporter, ExecutorchRunner, ExecutorchDecodeLoop and the C++ zero-copy decode example.
+
+Lowering to ExecuTorch takes 30-200 s per model on two cores, so every export is done once
+per session and saved into a folder shared by all pytest-xdist workers (``shared_artifact``:
+a file lock, then build-or-reuse). Tests then work on the saved ``.pte`` (+ ``.pte.json``),
+which also covers save and load. The slowest models are marked ``hfexport_slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+pytest.importorskip("executorch")
+
+from conformance.zoo import get  # noqa: E402
+from hfexport import ExecutorchConfig, ExecutorchExporter  # noqa: E402
+from hfexport.errors import HfExportError, RunnerInputError  # noqa: E402
+from hfexport.model_state import diff_model_state, snapshot_model  # noqa: E402
+from hfexport.outputs import flatten_named  # noqa: E402
+from hfexport import runtime  # noqa: E402
+from hfexport.runtime.executorch import ExecutorchDecodeLoop, ExecutorchRunner  # noqa: E402
+
+ATOL = 1e-3
+REPO = Path(__file__).resolve().parents[1]
+MAX_CACHE_LEN = 32
+NEW_TOKENS = 16
+
+
+# -- shared artifacts ---------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this session sees (the parent of the per-worker base temp)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "hfexport_executorch"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def shared_artifact(shared_dir: Path, name: str, build: Callable[[Path], dict[str, Any]]) -> tuple[Path, dict]:
+    """Build ``name`` once per session (under a lock), return (path, the record build returned)."""
+    from filelock import FileLock
+
+    path = shared_dir / f"{name}.pte"
+    record = shared_dir / f"{name}.record.json"
+    with FileLock(str(shared_dir / f"{name}.lock")):
+        if not record.exists():
+            data = build(path)
+            record.write_text(json.dumps(data))
+    return path, json.loads(record.read_text())
+
+
+def export_zoo(name: str, path: Path) -> dict[str, Any]:
+    """Export a zoo model with dynamic=True and save it; record what the export left on the model."""
+    import time
+
+    from transformers.integrations.moe import ExpertsInterface
+
+    entry = get(name)
+    model = entry.model()
+    before = snapshot_model(model)
+    experts_before = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else None
+    mapping_before = dict(ExpertsInterface._global_mapping)
+    start = time.perf_counter()
+    program = ExecutorchExporter().export(model, entry.sample_inputs(model), ExecutorchConfig(dynamic=True))
+    seconds = time.perf_counter() - start
+    ExecutorchExporter.save(program, str(path))
+    experts_after = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else None
+    return {
+        "seconds": seconds,
+        "model_diff": diff_model_state(model, before),
+        "experts_before": experts_before,
+        "experts_after": experts_after,
+        "mapping_restored": all(ExpertsInterface._global_mapping.get(k) is v for k, v in mapping_before.items()),
+        "grouped_mm_in_program": any("grouped_mm" in str(op) for op in program.exported_program().graph.nodes
+                                     if hasattr(op, "target") and op.op == "call_function"
+                                     for op in [op] if "grouped_mm" in str(op.target)),
+    }
+
+
+def _ref(model: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        return flatten_named(model(**inputs))
+
+
+def _max_err(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> float:
+    assert set(ref) <= set(got), f"missing outputs {sorted(set(ref) - set(got))}; got {sorted(got)}"
+    worst = 0.0
+    for name, r in ref.items():
+        assert tuple(got[name].shape) == tuple(r.shape), f"{name}: {tuple(got[name].shape)} != {tuple(r.shape)}"
+        worst = max(worst, (r.double() - got[name].double()).abs().max().item())
+    return worst
+
+
+# -- the zoo: export, save, load, compare at the sample and other shapes ------------------------------
+ZOO_MODELS = [
+    "llama",
+    "bert",
+    "vit",
+    pytest.param("qwen3_moe", marks=pytest.mark.hfexport_slow),
+    pytest.param("gpt2", marks=pytest.mark.hfexport_slow),
+    pytest.param("t5", marks=pytest.mark.hfexport_slow),
+]
+
+
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_zoo_model_matches_eager_at_several_shapes(name, shared_dir):
+    path, record = shared_artifact(shared_dir, name, lambda p: export_zoo(name, p))
+    assert record["model_diff"] == [], record["model_diff"]
+    entry = get(name)
+    model = entry.model()
+    run = runtime.load(path)
+    assert isinstance(run, ExecutorchRunner)
+    b, s = entry.sample
+    shapes = [entry.sample, entry.other, (3, s + 3)]  # a batch-1 sample must serve batch 1, 2 and 3
+    for batch, seq in shapes:
+        inputs = entry.sample_inputs(model, batch, seq)
+        ref = _ref(model, inputs)
+        got = run(inputs)
+        assert list(got) == list(ref), f"output names {list(got)} != eager's {list(ref)}"
+        err = _max_err(ref, got)
+        assert err <= ATOL, f"{name} at batch {batch}, seq {seq}: max error {err:.2e}"
+
+
+@pytest.mark.hfexport_slow
+def test_moe_experts_swap_is_reverted_on_the_callers_model(shared_dir):
+    _, record = shared_artifact(shared_dir, "qwen3_moe", lambda p: export_zoo("qwen3_moe", p))
+    assert record["experts_before"] == record["experts_after"]
+    assert record["mapping_restored"]
+    assert record["model_diff"] == []
+    assert not record["grouped_mm_in_program"]
+
+
+# -- small programs for the exporter's own contract ----------------------------------------------------
+class TinyMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.register_buffer("steps", torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": torch.relu(self.proj(x)), "z": x.sum(-1)}
+
+
+class Counter(torch.nn.Module):
+    """A module that mutates a buffer (mutable state the program owns)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.total.add_(x.sum(0))
+        return self.total * 1.0
+
+
+def _tiny_sample(batch: int = 2, seq: int = 3) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return {"x": torch.randn(batch, seq, 8)}
+
+
+@pytest.fixture(scope="module")
+def tiny_program():
+    torch.manual_seed(0)
+    model = TinyMLP().eval()
+    return model, ExecutorchExporter().export(model, _tiny_sample(), ExecutorchConfig(dynamic=True))
+
+
+def test_cuda_backend_without_cuda_raises_before_any_work():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the backend='cuda' refusal only applies without it")
+    with pytest.raises(RuntimeError, match="cuda"):
+        # not even a model: the check must come first
+        ExecutorchExporter().export(object(), {}, ExecutorchConfig(backend="cuda"))
+
+
+def test_unbounded_dims_get_a_logged_bound(caplog):
+    model = TinyMLP().eval()
+    with caplog.at_level(logging.INFO, logger="hfexport.executorch"):
+        program = ExecutorchExporter(max_batch=5, max_length=40).export(model, _tiny_sample(),
+                                                                        ExecutorchConfig(dynamic=True))
+    text = caplog.text
+    assert "max_batch=5" in text and "max_length=40" in text and "(batch)" in text
+    bounds = sorted(hi for _, hi in program.hfexport_io["dynamic_dims"].values())
+    assert bounds == [5, 40]
+    meta = ExecutorchRunner(program).method.metadata
+    assert list(meta.input_tensor_meta(0).sizes()) == [5, 40, 8]  # planned at the bounds
+
+
+def test_runner_names_outputs_and_refuses_bad_inputs(tiny_program):
+    model, program = tiny_program
+    run = ExecutorchRunner(program)
+    assert run.input_names == ["x"] and run.output_names == ["y", "z"]
+    for batch, seq in ((2, 3), (1, 1), (7, 20)):
+        inputs = _tiny_sample(batch, seq)
+        assert _max_err(_ref(model, inputs), run(inputs)) <= 1e-5
+    with pytest.raises(RunnerInputError, match="'x'.*dtype"):
+        run({"x": torch.zeros(2, 3, 8, dtype=torch.float64)})
+    with pytest.raises(RunnerInputError, match="'x'.*shape"):
+        run({"x": torch.zeros(2, 3)})  # wrong rank
+    with pytest.raises(RunnerInputError, match="'x'.*above"):
+        run({"x": torch.zeros(9, 3, 8)})  # batch bound is 8
+
+
+def test_explicit_dim_is_honoured():
+    from torch.export import Dim
+
+    model = TinyMLP().eval()
+    shapes = {"x": {0: Dim("b", min=1, max=3), 1: Dim("s", min=2, max=6)}}
+    program = ExecutorchExporter().export(model, _tiny_sample(), ExecutorchConfig(dynamic_shapes=shapes))
+    assert sorted(map(tuple, program.hfexport_io["dynamic_dims"].values())) == [(1, 3), (2, 6)]
+    run = ExecutorchRunner(program)
+    assert list(run.method.metadata.input_tensor_meta(0).sizes()) == [3, 6, 8]
+    assert _max_err(_ref(model, _tiny_sample(3, 6)), run(_tiny_sample(3, 6))) <= 1e-5
+    with pytest.raises(RunnerInputError, match="above the 3"):
+        run(_tiny_sample(4, 3))
+
+
+@pytest.mark.parametrize("flag", ["alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"])
+def test_alloc_flags_reach_memory_planning(flag):
+    model = Counter().eval()
+    sample = {"x": torch.ones(2, 4)}
+    program = ExecutorchExporter().export(model, sample, ExecutorchConfig(**{flag: False}))
+    meta = ExecutorchRunner(program).method.metadata
+    planned = {
+        "alloc_graph_input": meta.input_tensor_meta(0).is_memory_planned(),
+        "alloc_graph_output": meta.output_tensor_meta(0).is_memory_planned(),
+        "alloc_mutable_buffers": meta.attribute_tensor_meta(0).is_memory_planned(),
+    }
+    assert planned == {k: k != flag for k in planned}
+
+
+def test_failed_save_leaves_no_file(tmp_path, tiny_program):
+    _, program = tiny_program
+    target = tmp_path / "model.pte"
+
+    class Broken:
+        hfexport_io = program.hfexport_io
+
+        def write_to_file(self, f):
+            f.write(b"partial")
+            raise OSError("disk full")
+
+    with pytest.raises(HfExportError, match="disk full"):
+        ExecutorchExporter.save(Broken(), str(target))
+    assert list(tmp_path.iterdir()) == []
+    written = ExecutorchExporter.save(program, str(target))
+    assert sorted(Path(p).name for p in written) == ["model.pte", "model.pte.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "model.pte.json"]
+
+
+def test_failed_lowering_leaves_model_and_patches_as_they_were(monkeypatch):
+    from hfexport.patching import PATCHES
+    from hfexport.patching.registry import resolve_owner
+
+    model = TinyMLP().eval()
+    before = snapshot_model(model)
+    originals = {p.path: getattr(*resolve_owner(p.path)) for b in ("executorch", "executorch_lowering")
+                 for p in PATCHES.get(b, []) if resolve_owner(p.path)}
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("lowering exploded")
+
+    import executorch.exir
+
+    monkeypatch.setattr(executorch.exir, "to_edge_transform_and_lower", boom)
+    with pytest.raises(HfExportError, match="lowering exploded"):
+        ExecutorchExporter().export(model, _tiny_sample(), ExecutorchConfig(dynamic=True))
+    assert diff_model_state(model, before) == []
+    for path, original in originals.items():
+        assert getattr(*resolve_owner(path)) is original, f"{path} still patched"
+
+
+# -- static-cache decode: Python loop and the C++ zero-copy loop ---------------------------------------
+def export_decode(path: Path) -> dict[str, Any]:
+    """llama's static-cache decode graph, with caller-owned inputs and outputs (zero-copy in C++)."""
+    import transformers
+
+    entry = get("llama")
+    model = entry.model()
+    inputs = entry.sample_inputs(model)
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    config = ExecutorchConfig(dynamic=True, alloc_graph_input=False, alloc_graph_output=False)
+    programs = ExecutorchExporter().export_for_generation(model, inputs, config, generation_config=generation,
+                                                          multi_token_decode=True)
+    ExecutorchExporter.save(programs["decode"], str(path))
+    return {"inputs": programs["decode"].hfexport_io["inputs"]}
+
+
+def _eager_tokens(prompt: torch.Tensor) -> list[int]:
+    import transformers
+
+    entry = get("llama")
+    model = entry.model()
+    config = transformers.GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                           cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    with torch.no_grad():
+        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def _prompt() -> torch.Tensor:
+    entry = get("llama")
+    return entry.sample_inputs(entry.model())["input_ids"][:1]
+
+
+@pytest.mark.hfexport_slow
+def test_decode_loop_gives_eager_greedy_tokens(shared_dir):
+    path, record = shared_artifact(shared_dir, "llama_decode", export_decode)
+    assert any(n.startswith("past_key_values.") for n in record["inputs"])
+    loop = runtime.decode.decode_loop(str(path), "executorch")
+    assert isinstance(loop, ExecutorchDecodeLoop) and loop.max_cache_len == MAX_CACHE_LEN
+    prompt = _prompt()
+    result = loop.generate(prompt, NEW_TOKENS)
+    assert result.tokens == _eager_tokens(prompt)
+    again = loop.generate(prompt, NEW_TOKENS)  # reset() really empties the cache
+    assert again.tokens == result.tokens and again.tokens_per_s > 0
+
+
+def export_owned_decode(path: Path) -> dict[str, Any]:
+    """The same decode graph with the cache owned by the program (mutable buffers, no per-step copies)."""
+    import transformers
+
+    entry = get("llama")
+    model = entry.model()
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    configs = {"prefill": ExecutorchConfig(), "decode": ExecutorchConfig(dynamic=True)}
+    programs = ExecutorchExporter(cache_as_buffers=True).export_for_generation(
+        model, entry.sample_inputs(model), configs, generation_config=generation, multi_token_decode=True)
+    ExecutorchExporter.save(programs["decode"], str(path))
+    return {"owned": programs["decode"].hfexport_io.get("owned_inputs", {})}
+
+
+@pytest.mark.hfexport_slow
+def test_program_owned_cache_decode_loop_gives_eager_greedy_tokens(shared_dir):
+    path, record = shared_artifact(shared_dir, "llama_decode_owned", export_owned_decode)
+    assert "past_key_values.layers.0.keys" in record["owned"]
+    loop = ExecutorchDecodeLoop(str(path))
+    assert loop.owned and not loop.cache_names  # only tokens, mask and positions cross the boundary
+    prompt = _prompt()
+    result = loop.generate(prompt, NEW_TOKENS)
+    assert result.tokens == _eager_tokens(prompt)
+    assert loop.runner.attribute("past_key_values.layers.0.keys").abs().sum() > 0  # state lives in the program
+    assert loop.generate(prompt, NEW_TOKENS).tokens == result.tokens
+
+
+@pytest.mark.hfexport_slow
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                    reason="no C++ compiler (g++) on PATH: the C++ example cannot be built here")
+def test_cpp_zero_copy_decode_matches_python_loop(shared_dir):
+    path, _ = shared_artifact(shared_dir, "llama_decode", export_decode)
+    binary = shared_dir / "decode_cpp"
+    from filelock import FileLock
+
+    with FileLock(str(shared_dir / "decode_cpp.lock")):
+        if not binary.exists():
+            env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+            build = subprocess.run(["bash", str(REPO / "examples/cpp/build.sh"), str(binary)], env=env,
+                                   capture_output=True, text=True, timeout=600)
+            assert build.returncode == 0, build.stderr[-3000:]
+    prompt = _prompt()
+    run = subprocess.run([str(binary), str(path), str(MAX_CACHE_LEN), str(NEW_TOKENS),
+                          *map(str, prompt[0].tolist())], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    tokens = [int(t) for t in run.stdout.split()]
+    python_tokens = ExecutorchDecodeLoop(str(path)).generate(prompt, NEW_TOKENS).tokens
+    assert tokens == python_tokens
+    assert "zero_copy=1" in run.stderr, run.stderr
