@@ -40,7 +40,7 @@ def test_decode_loop_matches_eager_generate(entry, static_decode, hfexport_backe
 
     model, inputs, _, path = static_decode(entry)
     prompt = inputs["input_ids"][:1]
-    loop = decode_loop(str(path), hfexport_backend)
+    loop = decode_loop(str(path), hfexport_backend, max_cache_len=MAX_CACHE_LEN)
     result = loop.generate(prompt, NEW_TOKENS)
     config = transformers.GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                                            cache_implementation="static", max_cache_len=MAX_CACHE_LEN)

@@ -138,3 +138,25 @@ def test_a_failing_component_is_named():
     with pytest.raises(HfExportError, match=r"^\[prefill\] boom") as info:
         Failing().export_for_generation(model, entry.sample_inputs(model))
     assert info.value.component == "prefill"
+
+
+def test_onnx_runtime_decode_loop_binds_the_cache_in_place(tmp_path):
+    from hfexport import OnnxConfig, OnnxExporter
+
+    entry, model = zoo_model("llama")
+    inputs = entry.sample_inputs(model)
+    config = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32)
+    programs = OnnxExporter().export_for_generation(model, inputs, OnnxConfig(dynamic=True),
+                                                    generation_config=config, multi_token_decode=True)
+    path = tmp_path / "decode.onnx"
+    OnnxExporter.save(programs["decode"], str(path))
+    loop = decode_loop(str(path), "onnx", max_cache_len=32)
+    buffers = dict(loop.buffers)
+    prompt = inputs["input_ids"][:1]
+    result = loop.generate(prompt, 16)
+    expected = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=transformers.GenerationConfig(
+        max_new_tokens=16, min_new_tokens=16, do_sample=False, cache_implementation="static", max_cache_len=32))
+    assert result.tokens == expected[0, prompt.shape[1]:].tolist()
+    # the same caller-owned tensors carried the cache through every step
+    assert all(loop.buffers[k] is v for k, v in buffers.items())
+    assert any(v.abs().sum() > 0 for k, v in buffers.items() if k.endswith("keys"))

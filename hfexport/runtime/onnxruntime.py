@@ -19,6 +19,7 @@ import torch
 
 from ..errors import RunnerInputError
 from .base import Runner
+from .decode import DecodeLoop
 
 logger = logging.getLogger(__name__)
 
@@ -183,3 +184,52 @@ class OrtRunner(Runner):
 
     # The name the decode-loop issue uses for the same operation.
     bind_cache_in_place = run_with_shared_buffers
+
+
+class OrtDecodeLoop(DecodeLoop):
+    """The static-cache greedy loop on ONNX Runtime, each cache input/output pair bound to one buffer.
+
+    The cache buffers are built from the graph's own input metadata (shape and type): the batch
+    axis is 1 and any other symbolic axis is the cache length, ``max_cache_len`` (required when
+    the graph's cache axis is symbolic). On CPU each ``input.X``/``output.X`` pair is bound to the
+    same OrtValue, so the scatter writes land in place and no cache bytes are copied per step.
+    """
+
+    backend = "onnx"
+
+    def __init__(self, model: Any, max_cache_len: int | None = None, providers: Sequence[str] | None = None) -> None:
+        self.runner = model if isinstance(model, OrtRunner) else OrtRunner(model, providers=providers)
+        expected = self.runner.expected_inputs()
+        shared = self.runner.shared_names
+        if not shared:
+            raise RunnerInputError("this ONNX graph has no input./output. cache pairs; export the decode component "
+                                   "with a static cache (GenerationConfig(cache_implementation='static'))")
+        self.buffers: dict[str, torch.Tensor] = {}
+        for name in shared:
+            shape, dtype = expected[name]
+            dims = []
+            for axis, d in enumerate(shape):
+                if isinstance(d, int):
+                    dims.append(d)
+                elif axis == 0:
+                    dims.append(1)
+                elif max_cache_len is None:
+                    raise RunnerInputError(f"cache input {name!r} has a symbolic axis {axis} ({d!r}); pass max_cache_len=")
+                else:
+                    dims.append(max_cache_len)
+            self.buffers[name] = torch.zeros(dims, dtype=dtype or torch.float32)
+        lengths = [b.shape[2] for b in self.buffers.values() if b.dim() == 4]
+        self.max_cache_len = max_cache_len or max(lengths)
+        mask = expected.get("attention_mask")
+        self.mask_dtype = (mask[1] if mask and mask[1] is not None else torch.bool)
+        self._takes_mask = mask is not None
+
+    def reset(self) -> None:
+        for buffer in self.buffers.values():
+            buffer.zero_()
+
+    def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        inputs = {"input_ids": input_ids, "position_ids": position_ids}
+        if self._takes_mask:
+            inputs["attention_mask"] = attention_mask
+        return self.runner.run_with_shared_buffers(inputs, self.buffers)["logits"]
