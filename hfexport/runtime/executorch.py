@@ -65,6 +65,7 @@ class ExecutorchRunner(Runner):
     backend = "executorch"
 
     def __init__(self, program: Any, method: str = "forward") -> None:
+        self._source = program
         self.program, io = _load(program)
         if method not in self.program.method_names:
             raise ValueError(f"the program has no method {method!r}; it has {sorted(self.program.method_names)}")
@@ -105,7 +106,10 @@ class ExecutorchRunner(Runner):
         return self._outputs + [n for n in self.owned if n not in self._outputs]
 
     def reload(self) -> None:
-        """A fresh method: all runtime-side state (owned buffers, unplanned-input storage) back to its start."""
+        """A freshly loaded program and method: all runtime-side state (owned buffers, the storage the runtime
+        bound for unplanned inputs) back to its start. The Python runtime caches loaded methods per program,
+        so reloading the method alone keeps that state."""
+        self.program, _ = _load(self._source)
         self.method = self.program.load_method(self.method_name)
 
     def attribute(self, name: str) -> torch.Tensor:
@@ -216,12 +220,14 @@ class ExecutorchDecodeLoop(DecodeLoop):
         self._returned = {name: out.index(name) for name in self.cache_names if name in out}
 
     def reset(self) -> None:
-        for t in self.cache.values():
-            t.zero_()
         if not self.runner.io.get("alloc", {}).get("graph_input", True):
-            # Unplanned inputs: the Python runtime keeps the cache storage of earlier calls on its side,
-            # so zeroing ours is not enough; a fresh method starts from nothing (loading it is cheap).
+            # Unplanned inputs: the runtime binds the storage of the tensors it was given and keeps using
+            # it, so zeroing in place is not seen; fresh tensors and a fresh method start from nothing.
+            self.cache = {name: torch.zeros_like(t) for name, t in self.cache.items()}
             self.runner.reload()
+        else:
+            for t in self.cache.values():
+                t.zero_()
         for name in self.owned:
             self.runner.attribute(name).zero_()
 
