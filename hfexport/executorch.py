@@ -18,6 +18,12 @@ ExportedProgram; then:
    ``<name>.pte.json`` together with the ``.pte`` (atomically). A ``.pte`` without the side
    file still runs, with positional names.
 
+Static caches: by default a StaticCache in the sample stays a graph input (USER_INPUT_MUTATION; with
+the three ``alloc_*`` flags False a C++ runtime binds it to caller-owned memory, see
+examples/cpp/decode.cpp). ``ExecutorchExporter(cache_as_buffers=True)`` makes it program-owned
+mutable state instead (``CacheOwner``), which the Python runtime keeps across calls: measured on
+the tiny llama decode graph, 0.35 ms/step vs 0.49 ms/step with the cache as inputs.
+
 Batch-1 samples: ``trace`` keeps size-1 axes symbolic by tracing size-obliviously
 (``shapes.symbolic_size_one``). The EXIR passes re-trace the graph (``to_edge`` runs the
 decompositions again) with the sample sizes as hints; outside that mode a hint of 1 bakes
