@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hfexport-installed
 PINS   := $(wildcard hfexport/pins/*.txt)
 TORCH_PIN := $(shell grep -E '^torch==' hfexport/pins/core.txt)
 
-.PHONY: run test env clean-venv
+.PHONY: run test test-all conformance env clean-venv
 
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -m "" tests
+
+conformance: $(STAMP)
+	$(BIN)/python -m pytest -n 2 conformance --hfexport-report out/conformance.json
 
 clean-venv:
 	rm -rf $(VENV)
