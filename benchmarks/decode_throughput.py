@@ -72,10 +72,7 @@ def backend_rate(backend: str, model: Any, prompt: Any, new_tokens: int, cache: 
     from hfexport import AutoExportConfig, AutoHfExporter
     from hfexport.runtime.decode import decode_loop
 
-    data: dict[str, Any] = {"export_format": backend, "dynamic": True}
-    if backend == "executorch":  # cache tensors owned by the caller, as the decode loop expects
-        data.update(alloc_graph_input=False, alloc_graph_output=False)
-    config = AutoExportConfig.from_dict(data)
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
     exporter = AutoHfExporter.from_config(config)
     inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
     export_s, programs = _common.timed(lambda: exporter.export_for_generation(

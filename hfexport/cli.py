@@ -535,10 +535,10 @@ def make_export_config(args: argparse.Namespace, dynamic: bool) -> Any:
     if args.format == "onnx" and args.opset is not None:
         data["opset_version"] = args.opset
     if args.format == "executorch":
+        # Memory planning stays on (alloc_* True): with unplanned graph inputs the Python runtime keeps the
+        # storage it first bound and ignores the values of a later call's cache inputs, so --check of a
+        # decode graph would compare against an empty cache. Caller-owned buffers are a C++ matter.
         data["backend"] = args.backend or "xnnpack"
-        if args.for_generation and args.static_cache:
-            # Cache writes must land in caller-owned buffers for the decode loop to see them.
-            data.update(alloc_graph_input=False, alloc_graph_output=False, alloc_mutable_buffers=False)
     try:
         return AutoExportConfig.from_dict(data)
     except ValueError as exc:
@@ -768,7 +768,9 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str
     import torch
 
     from .runtime.decode import decode_loop
-    options = {"max_cache_len": args.max_cache_len} if args.max_cache_len else {}
+    # Graphs exported with a symbolic cache axis (ONNX) cannot tell the loop their length: the manifest can.
+    cache_len = args.max_cache_len or manifest.get("static_cache")
+    options = {"max_cache_len": int(cache_len)} if cache_len else {}
     with progress.step(f"loading {path.name} ({backend})"):
         try:
             loop = decode_loop(str(path), backend, **options)
