@@ -80,7 +80,7 @@ def backend_rate(backend: str, model: Any, prompt: Any, new_tokens: int, cache: 
     path = workdir / f"decode{exporter.file_suffix}"
     exporter.save(programs["decode"], str(path))
     del programs
-    loop = decode_loop(str(path), backend)
+    loop = decode_loop(str(path), backend, max_cache_len=cache)  # ONNX graphs keep the cache axis symbolic
     loop.generate(prompt, new_tokens)  # warm-up
     results = [loop.generate(prompt, new_tokens) for _ in range(repeat)]
     return {"tokens_per_s": statistics.median(r.tokens_per_s for r in results),

@@ -16,6 +16,7 @@ Only this benchmark imports ``transformers.exporters``: it is the peer being mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import sys
@@ -50,7 +51,8 @@ def measure(fn: Callable[[Any, dict], Any], model: Any, inputs: dict, repeat: in
     best, error = None, None
     for _ in range(repeat):
         try:
-            seconds, _ = _common.timed(lambda: fn(model, copy.deepcopy(inputs)))
+            with contextlib.redirect_stdout(sys.stderr):  # torch.onnx prints progress; stdout is the table
+                seconds, _ = _common.timed(lambda: fn(model, copy.deepcopy(inputs)))
         except Exception as exc:  # a failure is a result of this row, not the end of the benchmark
             return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         best = seconds if best is None else min(best, seconds)
