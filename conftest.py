@@ -1,8 +1,11 @@
-"""Repo-level pytest set-up only: hypothesis profiles. No test logic here."""
+"""Repo-level pytest set-up only: hypothesis profiles and pytester (plugins can only be named here,
+in the top-level conftest). No test logic here."""
 
 import os
 
 from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["pytester"]
 
 settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

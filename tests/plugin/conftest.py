@@ -14,7 +14,7 @@ import tempfile
 
 import _pytest.pytester
 
-pytest_plugins = ["pytester"]
+
 
 # pytester's in-process runs restore sys.modules afterwards, dropping what they imported first; torch
 # (and what sits on it) registers C-level state and cannot be imported twice in one process. Keep every
