@@ -18,21 +18,24 @@ import _pytest.pytester
 
 # pytester's in-process runs restore sys.modules afterwards, dropping what they imported first; torch
 # (and what sits on it) registers C-level state and cannot be imported twice in one process. Keep every
-# module but those written by the tests themselves (under the temporary directory).
-_TMP = tempfile.gettempdir()
+# module but those written by the tests themselves (under this session's pytest base temp directory,
+# not the system temp directory: a checkout, and its .venv with torch, may itself live under /tmp).
+_TMP = tempfile.gettempdir()  # replaced by the session's basetemp in _keep_heavy_modules
 
 
 class _KeepHeavyModules(_pytest.pytester.SysModulesSnapshot):
     def __init__(self, preserve=None):
         def keep(name):
             module = sys.modules.get(name)
-            return not (getattr(module, "__file__", None) or "").startswith(_TMP)
+            return not (getattr(module, "__file__", None) or "").startswith(_TMP + "/")
 
         super().__init__(preserve=keep)
 
 
 @pytest.fixture(autouse=True)
-def _keep_heavy_modules(monkeypatch):
+def _keep_heavy_modules(monkeypatch, tmp_path_factory):
+    global _TMP
+    _TMP = str(tmp_path_factory.getbasetemp())
     monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", _KeepHeavyModules)
 
 
