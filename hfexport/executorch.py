@@ -51,7 +51,7 @@ from .configs import ExecutorchConfig, ExportFormat
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
-from .outputs import flatten_named
+from .outputs import flatten_named, spec_leaf_names
 from .patching import executorch_fixes
 
 logger = logging.getLogger(__name__)
@@ -73,18 +73,6 @@ def side_file(path: str | Path) -> Path:
     return path.with_name(path.name + SIDE_SUFFIX)
 
 
-def leaf_names(spec: Any) -> list[str]:
-    """Flat names of a pytree spec's leaves, as ``flatten_named`` names the real values."""
-    n = spec.num_leaves
-    markers = [torch.empty(0) for _ in range(n)]
-    rebuilt = pytree.tree_unflatten(markers, spec)
-    by_id = {id(m): i for i, m in enumerate(markers)}
-    names: list[str | None] = [None] * n
-    for name, tensor in flatten_named(rebuilt).items():
-        index = by_id.get(id(tensor))
-        if index is not None and names[index] is None:
-            names[index] = name
-    return [name if name is not None else f"output_{i}" for i, name in enumerate(names)]
 
 
 class CacheOwner(torch.nn.Module):
@@ -372,7 +360,7 @@ class ExecutorchExporter(DynamoExporter):
             by_placeholder = {}
             names_in = [f"input_{i}" for i in range(len(user_inputs))]
         user_outputs = [s for s in signature.output_specs if s.kind.name == "USER_OUTPUT"]
-        out_names = leaf_names(ep.call_spec.out_spec) if ep.call_spec.out_spec is not None else []
+        out_names = spec_leaf_names(ep.call_spec.out_spec) if ep.call_spec.out_spec is not None else []
         if len(out_names) != len(user_outputs):
             out_names = [f"output_{i}" for i in range(len(user_outputs))]
         # The runtime returns mutated user inputs first (their new values), then the user outputs;
@@ -440,4 +428,4 @@ def _brief(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
-__all__ = ["ExecutorchExporter", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_LENGTH", "read_io", "side_file", "leaf_names"]
+__all__ = ["ExecutorchExporter", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_LENGTH", "read_io", "side_file"]

@@ -32,7 +32,7 @@ from .configs import ExportFormat, OnnxConfig
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
-from .outputs import flatten_named
+from .outputs import flatten_named, spec_leaf_names
 from .patching import apply_fx_node_fixes
 from .patching import onnx_fixes
 
@@ -77,18 +77,6 @@ def resolve_opset(requested: int | None) -> int:
     return requested
 
 
-def _leaf_names(spec: Any) -> list[str]:
-    """Flat names of a pytree spec's leaves, as ``flatten_named`` names the real values."""
-    n = spec.num_leaves
-    markers = [torch.empty(0) for _ in range(n)]
-    rebuilt = pytree.tree_unflatten(markers, spec)
-    by_id = {id(m): i for i, m in enumerate(markers)}
-    names: list[str | None] = [None] * n
-    for name, tensor in flatten_named(rebuilt).items():
-        index = by_id.get(id(tensor))
-        if index is not None and names[index] is None:
-            names[index] = name
-    return [name if name is not None else f"output_{i}" for i, name in enumerate(names)]
 
 
 def _all_values(model: Any):
@@ -138,7 +126,7 @@ class OnnxExporter(DynamoExporter):
         else:
             names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names)
                                     if hasattr(s.arg, "name")}
-        output_names = _leaf_names(program.call_spec.out_spec)
+        output_names = spec_leaf_names(program.call_spec.out_spec)
 
         registry = _registration.ONNXRegistry.from_torchlib(opset_version=max(opset, MIN_OPSET))
         for op, fn in onnx_fixes.translation_table().items():

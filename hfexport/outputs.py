@@ -39,3 +39,23 @@ def flatten_named(value: Any, prefix: str = "") -> dict[str, torch.Tensor]:
         for k, v in vars(value).items():
             out.update(flatten_named(v, join(k)))
     return out
+
+
+def spec_leaf_names(spec: Any) -> list[str]:
+    """Flat names of a pytree spec's leaves, as ``flatten_named`` names the real values.
+
+    ONNX and ExecuTorch graphs take and return flat lists; this names each position from the
+    program's input/output spec (``output_<i>`` where a leaf has no tensor name).
+    """
+    import torch.utils._pytree as pytree
+
+    n = spec.num_leaves
+    markers = [torch.empty(0) for _ in range(n)]
+    rebuilt = pytree.tree_unflatten(markers, spec)
+    by_id = {id(m): i for i, m in enumerate(markers)}
+    names: list[str | None] = [None] * n
+    for name, tensor in flatten_named(rebuilt).items():
+        index = by_id.get(id(tensor))
+        if index is not None and names[index] is None:
+            names[index] = name
+    return [name if name is not None else f"output_{i}" for i, name in enumerate(names)]

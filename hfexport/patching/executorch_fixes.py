@@ -22,17 +22,6 @@ from .registry import register_patch
 LOWERING = "executorch_lowering"
 
 
-@register_patch(
-    "executorch",
-    "transformers.integrations.moe.ExpertsInterface._global_mapping",
-    reason="ExecuTorch has no _grouped_mm.out kernel and aten.histc is not Core ATen (MoE grouped_mm experts); "
-    "use the batched_mm experts while exporting. Remove when qwen3_moe lowers and runs without this patch.",
-)
-def _experts_as_batched_mm(original: dict) -> dict:
-    patched = dict(original)
-    if "grouped_mm" in patched and "batched_mm" in patched:
-        patched["grouped_mm"] = original["batched_mm"]
-    return patched
 
 
 def _sdpa_contiguous_output(original: Any) -> Any:

@@ -107,18 +107,6 @@ def apply_onnx_ir_fixes(model: Any) -> list[str]:
 # -- built-in workarounds ----------------------------------------------------------------------------
 
 
-@register_patch(
-    "onnx",
-    "transformers.integrations.moe.ExpertsInterface._global_mapping",
-    reason="torchlib has no ONNX translation for transformers::grouped_mm_fallback / aten._grouped_mm (MoE "
-    "experts); use the batched_mm experts (gather + bmm) while exporting. Remove when torch.onnx translates "
-    "grouped_mm (export qwen3_moe without this patch).",
-)
-def _experts_as_batched_mm(original: dict) -> dict:
-    patched = dict(original)
-    if "grouped_mm" in patched and "batched_mm" in patched:
-        patched["grouped_mm"] = original["batched_mm"]
-    return patched
 
 
 _LAYOUT_OPS = ("aten.transpose.int", "aten.permute.default", "aten.expand.default", "aten.t.default")
