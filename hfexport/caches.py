@@ -144,17 +144,22 @@ def _flatten_with_keys(cache: Any):
     return [(pytree.SequenceKey(i), t) for i, t in enumerate(tensors)], context
 
 
-def cache_classes() -> list[type]:
-    """Every Cache subclass currently imported, the base included."""
-    from transformers.cache_utils import Cache
-
-    out, todo = [], [Cache]
+def _subclasses(root: type) -> list[type]:
+    """``root`` and every subclass of it imported so far."""
+    out, todo = [], [root]
     while todo:
         cls = todo.pop()
         if cls not in out:
             out.append(cls)
             todo.extend(cls.__subclasses__())
     return out
+
+
+def cache_classes() -> list[type]:
+    """Every Cache subclass currently imported, the base included."""
+    from transformers.cache_utils import Cache
+
+    return _subclasses(Cache)
 
 
 def register_cache_pytree(cls: type) -> bool:
@@ -194,13 +199,7 @@ def register_cache_pytrees() -> list[type]:
 def _allow_unpickling() -> None:
     from transformers.cache_utils import CacheLayerMixin
 
-    layer_classes, todo = [], [CacheLayerMixin]
-    while todo:
-        cls = todo.pop()
-        if cls not in layer_classes:
-            layer_classes.append(cls)
-            todo.extend(cls.__subclasses__())
-    torch.serialization.add_safe_globals([*cache_classes(), *layer_classes])
+    torch.serialization.add_safe_globals([*cache_classes(), *_subclasses(CacheLayerMixin)])
 
 
 def is_cache(value: Any) -> bool:

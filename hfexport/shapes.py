@@ -99,12 +99,3 @@ def symbolic_size_one(enabled: bool = True) -> Iterator[None]:
         return
     with torch.fx.experimental._config.patch(backed_size_oblivious=True):
         yield
-
-
-def has_unbounded_dims(exported_program: Any) -> list[str]:
-    """Names of the program's symbols whose upper bound is infinite (ExecuTorch needs bounds)."""
-    out = []
-    for sym, vr in exported_program.range_constraints.items():
-        if not vr.upper.is_finite:
-            out.append(str(sym))
-    return out

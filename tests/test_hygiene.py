@@ -25,13 +25,6 @@ def _patched_values():
     return out
 
 
-def _inputs_equal(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert a[k] is b[k] and torch.equal(a[k], b[k]._snapshot) if hasattr(b[k], "_snapshot") else torch.equal(a[k], b[k])
-
-
 @pytest.mark.parametrize("fail", [False, True], ids=["success", "failure"])
 def test_model_inputs_and_patches_restored(fail):
     entry, model = zoo_model("llama")
