@@ -126,10 +126,10 @@ class OnnxExporter(DynamoExporter):
         else:
             names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names)
                                     if hasattr(s.arg, "name")}
-        output_names = spec_leaf_names(program.call_spec.out_spec)
+        output_names = self._user_output_names(program)
 
         registry = _registration.ONNXRegistry.from_torchlib(opset_version=max(opset, MIN_OPSET))
-        for op, fn in onnx_fixes.translation_table().items():
+        for op, fn in onnx_fixes.translation_table(max(opset, MIN_OPSET)).items():
             registry.register_op(op, fn, is_complex=False)
         try:
             with self.tracing_mode(config):
@@ -204,13 +204,27 @@ class OnnxExporter(DynamoExporter):
         return added
 
     @staticmethod
+    def _user_output_names(program: torch.export.ExportedProgram) -> list[str]:
+        """Names of the outputs the ONNX graph will have: torch.onnx drops outputs that are None constants
+        (e.g. the hidden states a vision tower was told not to keep), so their names go too."""
+        names = spec_leaf_names(program.call_spec.out_spec)
+        specs = [s for s in program.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
+        if len(specs) != len(names):
+            return names
+        return [n for n, s in zip(names, specs)
+                if not (type(s.arg).__name__ == "ConstantArgument" and getattr(s.arg, "value", 0) is None)]
+
+    @staticmethod
     def _name_values(model: Any, inputs_by_placeholder: dict[str, str], output_names: list[str],
                      mutated: list[tuple[str, str]]) -> None:
         """Give graph inputs and outputs their flat names, with ``input.``/``output.`` on clashes."""
         import onnx_ir as ir
 
         graph = model.graph
-        in_names = [inputs_by_placeholder.get(v.name, v.name) for v in graph.inputs]
+        if len(graph.inputs) == len(inputs_by_placeholder):  # graph inputs keep the user inputs' order
+            in_names = list(inputs_by_placeholder.values())
+        else:
+            in_names = [inputs_by_placeholder.get(v.name, v.name) for v in graph.inputs]
         placeholder_to_flat = dict(inputs_by_placeholder)
         n_user = len(graph.outputs) - len(mutated)
         if n_user != len(output_names):

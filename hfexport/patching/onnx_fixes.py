@@ -29,6 +29,7 @@ class Translation:
     target: Any  # a torch OpOverload, or a dotted path resolved lazily ("torch.ops.ns.op.default")
     fn: Callable
     reason: str
+    min_opset: int = 0  # the translation emits ops of this opset; below it torch's own translation stays
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ ONNX_TRANSLATIONS: list[Translation] = []
 ONNX_IR_FIXES: list[IrFix] = []
 
 
-def register_onnx_translation(target: Any, reason: str | None = None) -> Callable:
+def register_onnx_translation(target: Any, reason: str | None = None, min_opset: int = 0) -> Callable:
     """Register ``fn(*args, **kwargs)`` (onnxscript ops on onnx_ir values) as the ONNX form of a torch op.
 
     ``target`` is an OpOverload or its dotted name (``"torch.ops.transformers.grouped_mm_fallback.default"``),
@@ -49,7 +50,7 @@ def register_onnx_translation(target: Any, reason: str | None = None) -> Callabl
     """
 
     def decorator(fn: Callable) -> Callable:
-        ONNX_TRANSLATIONS.append(Translation(target, fn, _reason_of(fn, reason)))
+        ONNX_TRANSLATIONS.append(Translation(target, fn, _reason_of(fn, reason), min_opset))
         return fn
 
     return decorator
@@ -82,10 +83,13 @@ def _resolve_op(target: Any) -> Any:
     return obj
 
 
-def translation_table() -> dict[Any, Callable]:
-    """{OpOverload: translation} for every registered translation whose op exists in this process."""
+def translation_table(opset: int | None = None) -> dict[Any, Callable]:
+    """{OpOverload: translation} for every registered translation whose op exists in this process
+    (and, given ``opset``, whose ``min_opset`` it meets)."""
     table = {}
     for entry in ONNX_TRANSLATIONS:
+        if opset is not None and opset < entry.min_opset:
+            continue
         op = _resolve_op(entry.target)
         if op is None:
             logger.debug("custom translation target %s not present here; skipped", entry.target)
@@ -153,6 +157,47 @@ def _is_all_true(x: Any) -> Any:
 
     as_int = op.Cast(x, to=ir.DataType.INT64)
     return op.Cast(op.ReduceMin(as_int, keepdims=0), to=ir.DataType.BOOL)
+
+
+@register_onnx_translation(
+    "torch.ops.aten.scaled_dot_product_attention.default",
+    min_opset=23,
+    reason="torch's SDPA translation (opset 23 Attention) checks q/k/v head counts statically and raises 'SDPA (MHA) "
+    "requires q_num_heads = kv_num_heads' when the query's head axis is a symbolic expression, as after T5's "
+    "view(*shape, -1, head_dim) traced with a size-1 batch and query (export t5's decode component). With "
+    "symbolic heads we emit the attention math ourselves; otherwise torch's translation runs unchanged. Remove when "
+    "the check tolerates symbolic head counts.",
+)
+def _sdpa_with_symbolic_heads(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+    from torch.onnx._internal.exporter._torchlib.ops import nn as torchlib_nn
+
+    heads = [t.shape[1] if t.shape is not None and len(t.shape) == 4 else None for t in (query, key, value)]
+    static = all(isinstance(h, int) for h in heads)
+    if static or is_causal or enable_gqa or dropout_p:
+        return torchlib_nn.aten_scaled_dot_product_attention_23(
+            query, key, value, attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return _attention_math(query, key, value, attn_mask, scale)
+
+
+def _attention_math(query: Any, key: Any, value: Any, attn_mask: Any, scale: float | None) -> Any:
+    """softmax(q @ k^T * scale + mask) @ v with every size read at run time (no static head check)."""
+    import onnx_ir as ir
+    from onnxscript import opset18 as op
+
+    scores = op.MatMul(query, op.Transpose(key, perm=[0, 1, 3, 2]))
+    if scale is None:
+        head_dim = op.CastLike(op.Shape(query, start=-1), query)
+        factor = op.Div(op.CastLike(op.Constant(value_float=1.0), query), op.Sqrt(head_dim))
+    else:
+        factor = op.CastLike(op.Constant(value_float=float(scale)), query)
+    scores = op.Mul(scores, factor)
+    if attn_mask is not None:
+        if attn_mask.dtype == ir.DataType.BOOL:
+            scores = op.Where(attn_mask, scores, op.CastLike(op.Constant(value_float=float("-inf")), query))
+        else:
+            scores = op.Add(scores, attn_mask)
+    return op.MatMul(op.Softmax(scores, axis=-1), value)
 
 
 @register_onnx_ir_fix(
