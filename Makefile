@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hfexport-installed
 PINS   := $(wildcard hfexport/pins/*.txt)
 TORCH_PIN := $(shell grep -E '^torch==' hfexport/pins/core.txt)
 
-.PHONY: run test test-all conformance env clean-venv
+.PHONY: run run-all matrix test test-all conformance-peer env clean-venv
 
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,17 @@ $(STAMP): pyproject.toml $(PINS)
 
 env: $(STAMP)
 
+# The main job: the conformance suite's default tier over the built-in zoo, every installed backend;
+# pytest prints the per-model matrix and the counts per check and backend, the JSON report keeps them.
 run: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup conformance -p no:cacheprovider --hfexport-report out/conformance.json
+
+# Every case, slow ones included (ExecuTorch over the whole zoo: an hour or more on 2 cores).
+run-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup conformance -m "" -p no:cacheprovider --hfexport-report out/conformance-all.json
+
+# The quick export-only table (seconds and max error per model and backend).
+matrix: $(STAMP)
 	$(BIN)/python -m conformance.matrix
 
 test: $(STAMP)
@@ -28,8 +38,9 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "" tests
 
-conformance: $(STAMP)
-	$(BIN)/python -m pytest -n 2 conformance --hfexport-report out/conformance.json
+# The suite against the peer implementation (transformers.exporters of the pinned transformers).
+conformance-peer: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup conformance -p no:cacheprovider --hfexport-impl=transformers --hfexport-report out/conformance-transformers.json
 
 clean-venv:
 	rm -rf $(VENV)

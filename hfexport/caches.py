@@ -191,15 +191,22 @@ def register_cache_pytrees() -> list[type]:
     a saved program's example inputs hold the cache, and torch.export.load reads them that way.
     """
     new = [cls for cls in cache_classes() if register_cache_pytree(cls)]
-    if new:
-        _allow_unpickling()
+    _allow_unpickling()  # every call: output classes of models imported since the last one
     return new
 
 
 def _allow_unpickling() -> None:
-    from transformers.cache_utils import CacheLayerMixin
+    """Cache and layer classes, and the ModelOutput classes an encoder's output travels in (a seq2seq
+    decode step's ``encoder_outputs``): plain containers of tensors, safe for weights-only loads."""
+    import transformers.cache_utils as cache_utils
+    import transformers.modeling_outputs  # noqa: F401  (defines the output classes)
+    from transformers.utils import ModelOutput
 
-    torch.serialization.add_safe_globals([*cache_classes(), *_subclasses(CacheLayerMixin)])
+    # Every class cache_utils defines: layer kinds such as LinearAttentionLayer (Mamba) are not all
+    # CacheLayerMixin subclasses.
+    defined = [v for v in vars(cache_utils).values() if isinstance(v, type) and v.__module__ == cache_utils.__name__]
+    torch.serialization.add_safe_globals([*cache_classes(), *_subclasses(cache_utils.CacheLayerMixin), *defined,
+                                          *_subclasses(ModelOutput)])
 
 
 def is_cache(value: Any) -> bool:

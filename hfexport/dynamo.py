@@ -158,14 +158,36 @@ class DynamoExporter(HfExporter):
     # -- artifacts ------------------------------------------------------------------------
     @classmethod
     def save(cls, program: Any, path: str) -> list[str]:
-        with atomic_output(path) as tmp:
-            torch.export.save(program, str(tmp / _name(path)))
+        # torch.export.load reads example inputs with weights_only=True, which cannot rebuild a ModelOutput
+        # (an OrderedDict subclass: SETITEM is refused), e.g. a seq2seq decode step's encoder_outputs. They are
+        # saved as plain dicts (same leaves, same order); runners rebuild the structure from the call spec.
+        original = program.example_inputs
+        program._example_inputs = _plain_model_outputs(original)
+        try:
+            with atomic_output(path) as tmp:
+                torch.export.save(program, str(tmp / _name(path)))
+        finally:
+            program._example_inputs = original
         return [str(path)]
 
     @classmethod
     def load(cls, path: str) -> torch.export.ExportedProgram:
         caches.register_cache_pytrees()
         return torch.export.load(str(path))
+
+
+def _plain_model_outputs(value: Any) -> Any:
+    try:
+        from transformers.utils import ModelOutput
+    except ImportError:  # pragma: no cover
+        return value
+    if isinstance(value, ModelOutput):
+        return {k: _plain_model_outputs(v) for k, v in value.items()}
+    if isinstance(value, dict):
+        return {k: _plain_model_outputs(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_model_outputs(v) for v in value)
+    return value
 
 
 def _brief(exc: BaseException, limit: int = 1500) -> str:

@@ -244,6 +244,33 @@ def _configs_by_component(exporter: Any, names: list[str], config: Any) -> dict[
     return {name: resolved for name in names}
 
 
+def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
+    """Repeat every tensor whose leading (batch) axis has size 1, ``batch`` times along it.
+
+    Every row is the same example, so generate() makes the same choices per row; images, audio
+    features and grids repeat with their token rows, so placeholders and features still agree.
+    """
+    return {k: v.repeat(batch, *[1] * (v.dim() - 1)) if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == 1
+            else v for k, v in inputs.items()}
+
+
+def _widen_for_export(config: Any, generation_config: Any, inputs: Mapping[str, Any]) -> bool:
+    """Widen a batch-1 sample before a dynamic export of the components.
+
+    A decode step has query length 1; with batch 1 too, every ``batch * query`` product the graph
+    flattens (linear layers, ``view(*shape, -1, head_dim)``) is 1, and ExecuTorch's lowering
+    (its re-trace) specialises it: the graph then serves only batch 1 x 1 token, or fails to plan
+    ('_ViewSpec is incompatible with its base'). Dynamo and ONNX keep the size-oblivious trace of
+    the batch-1 sample (a batch-2 sample there can add a 'batch != 1' guard).
+    A static cache is sized for the sample's batch, and the decode loops run batch 1: left alone.
+    """
+    configs = list(config.values()) if isinstance(config, Mapping) and "export_format" not in config else [config]
+    dynamic = any(getattr(c, "dynamic", False) or (isinstance(c, Mapping) and c.get("dynamic")) for c in configs)
+    static_cache = getattr(generation_config, "cache_implementation", None) == "static"
+    ids = next((v for k in TOKEN_KEYS if isinstance(v := inputs.get(k), torch.Tensor)), None)
+    return dynamic and not static_cache and ids is not None and ids.shape[0] == 1
+
+
 def export_components(exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any = None,
                       generation_config: Any = None, multi_token_decode: bool = False) -> dict[str, Any]:
     """What ``HfExporter.export_for_generation`` does: decompose, then export each component."""
@@ -252,7 +279,11 @@ def export_components(exporter: Any, model: Any, inputs: Mapping[str, Any], conf
             exporter.resolve_config(value)
     else:
         exporter.resolve_config(config)
-    components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
+    sample = dict(inputs)
+    if str(getattr(exporter, "export_format", "")) == "executorch" and _widen_for_export(config, generation_config, sample):
+        sample = widen_batch(sample)
+        logger.info("export_for_generation: batch-1 sample widened to batch 2 so no component pins batch x query to 1")
+    components = decompose_for_generation(model, sample, generation_config, multi_token_decode)
     configs = _configs_by_component(exporter, list(components), config)
     programs: dict[str, Any] = {}
     for name, (module, kwargs) in components.items():

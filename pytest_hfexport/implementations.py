@@ -70,6 +70,13 @@ class Implementation:
     def decompose_for_generation(self, model: Any, inputs: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
         raise Unsupported(f"{self.name} has no decompose_for_generation")
 
+    def export_for_generation(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any,
+                              **kwargs: Any) -> dict[str, Any]:
+        """{component: program}; Unsupported where the exporter has no export_for_generation."""
+        if not hasattr(exporter, "export_for_generation"):
+            raise Unsupported(f"{self.name}'s {type(exporter).__name__} has no export_for_generation")
+        return dict(exporter.export_for_generation(model, dict(inputs), config, **kwargs))
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -168,9 +175,30 @@ class TransformersImplementation(Implementation):
         self._wrappers[id(program)] = wrapped
         return program
 
+    def export_for_generation(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any,
+                              **kwargs: Any) -> dict[str, Any]:
+        """The peer returns one ExportedModel holding every component: unwrap each component's program
+        and remember which model and name it came from, so ``save``/``load`` can go through the wrapper."""
+        if not hasattr(exporter, "export_for_generation"):
+            raise Unsupported(f"{self.name}'s {type(exporter).__name__} has no export_for_generation")
+        wrapped = exporter.export_for_generation(model, dict(inputs), config, **kwargs)
+        programs = {}
+        for name, component in wrapped.components.items():
+            program = getattr(component, "program", component)
+            self._wrappers[id(program)] = (wrapped, name)
+            programs[name] = program
+        return programs
+
     def save(self, exporter: Any, program: Any, directory: Path, stem: str = "model") -> Path:
         wrapped = self._wrappers.get(id(program))
-        if wrapped is None or not hasattr(wrapped, "save_pretrained"):
+        if wrapped is None:
+            raise Unsupported("transformers.exporters can only save what its own export() returned")
+        if isinstance(wrapped, tuple):  # one component of an export_for_generation result
+            model, component = wrapped
+            path = Path(directory) / f"{stem}.transformers"
+            model.save_pretrained(str(path))
+            return Path(f"{path}#{component}")
+        if not hasattr(wrapped, "save_pretrained"):
             raise Unsupported("transformers.exporters can only save what its own export() returned")
         path = Path(directory) / f"{stem}.transformers"
         wrapped.save_pretrained(str(path))
@@ -181,11 +209,13 @@ class TransformersImplementation(Implementation):
 
         from hfexport.outputs import flatten_named
 
-        exported = ExportedModel.from_pretrained(str(path))
+        folder, _, component = str(path).partition("#")
+        exported = ExportedModel.from_pretrained(folder)
+        call = exported.runners[component] if component else exported
 
         def run(inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
             merged = {**dict(inputs or {}), **kwargs}
-            return flatten_named(exported(**merged))
+            return flatten_named(call(**merged))
 
         return run
 

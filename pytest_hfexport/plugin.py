@@ -412,11 +412,15 @@ class _Controller:
             recorder.write(settings.report)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from . import report as report_mod
+
         settings, recorder = _get_settings(self.config), self.config.stash[RECORDER]
         tr = terminalreporter
         if recorder.rows:
             tr.write_sep("=", "hfexport matrix")
             for line in recorder.matrix_lines(settings.backends):
+                tr.write_line(line)
+            for line in report_mod.count_table(recorder.merged().values()):
                 tr.write_line(line)
             counts = ", ".join(f"{n} {s}" for s, n in recorder.counts().items() if n)
             tr.write_line(f"rows: {counts}")

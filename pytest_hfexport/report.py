@@ -192,6 +192,42 @@ class Recorder:
         return out
 
 
+COUNTED = ("pass", "fail", "xfail", "unsupported")
+
+
+def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False) -> list[str]:
+    """Counts per check (rows) and backend (columns): ``pass/fail/xfail/unsupported``, merged per
+    model x backend x check (worst status wins); error and xpass count as fail, skip as unsupported."""
+    merged: dict[tuple[str, str, str], str] = {}
+    for row in rows:
+        get = row.get if isinstance(row, Mapping) else lambda k, r=row: getattr(r, k)
+        key, status = (get("model"), get("backend"), get("check")), get("status")
+        if key not in merged or _SEVERITY[status] < _SEVERITY[merged[key]]:
+            merged[key] = status
+    if not merged:
+        return []
+    fold = {"error": "fail", "xpass": "fail", "skip": "unsupported"}
+    backends = sorted({k[1] for k in merged})
+    checks = sorted({k[2] for k in merged})
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for (model, backend, check), status in merged.items():
+        for key in ((check, backend), ("all", backend)):
+            cell = counts.setdefault(key, {s: 0 for s in COUNTED})
+            cell[fold.get(status, status)] += 1
+
+    def cell(check: str, backend: str) -> str:
+        c = counts.get((check, backend))
+        return "" if c is None else "/".join(str(c[s]) for s in COUNTED)
+
+    head = ["check", *backends]
+    body = [[check, *(cell(check, b) for b in backends)] for check in [*checks, "all"]]
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(f"{v:<{w}}" for v, w in zip(r, widths)).rstrip()  # noqa: E731
+    return [f"counts per check and backend: {'/'.join(COUNTED)}", fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in body]
+
+
 def _first_line(report: Any) -> str:
     text = _reason(report) if report.longrepr is not None else ""
     crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)

@@ -160,3 +160,39 @@ def test_onnx_runtime_decode_loop_binds_the_cache_in_place(tmp_path):
     # the same caller-owned tensors carried the cache through every step
     assert all(loop.buffers[k] is v for k, v in buffers.items())
     assert any(v.abs().sum() > 0 for k, v in buffers.items() if k.endswith("keys"))
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx"])
+def test_exported_components_drive_generate_to_the_eager_tokens(backend, tmp_path):
+    """T5 on both backends: encoder + prefill + decode artifacts, loaded from disk, inside the model's own
+    generate(). Covers a ModelOutput (encoder_outputs) in saved example inputs and ONNX SDPA with a symbolic
+    head axis (T5's view(*shape, -1, head_dim))."""
+    from hfexport import AutoExportConfig, AutoHfExporter
+    from hfexport.runtime import load
+    from hfexport.runtime.components import ExportedGenerate, eager_greedy_tokens
+
+    entry, model = zoo_model("t5")
+    inputs = entry.sample_inputs(model)
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    programs = exporter.export_for_generation(model, inputs, config)
+    runners = {}
+    for name, program in programs.items():
+        exporter.save(program, str(tmp_path / f"{name}{exporter.file_suffix}"))
+        runners[name] = load(tmp_path / f"{name}{exporter.file_suffix}")
+    generator = ExportedGenerate(model, decompose_for_generation(model, inputs), runners)
+    got = generator.generate(inputs, 8)
+    assert got.tolist() == eager_greedy_tokens(model, inputs, 8).tolist()
+    assert generator.calls == {"encoder": 1, "prefill": 1, "decode": 7}
+    assert "forward" not in vars(model) and "forward" not in vars(model.get_encoder())  # originals back
+
+
+def test_widen_batch_repeats_only_size_one_leading_axes():
+    from hfexport.generation import widen_batch
+
+    inputs = {"input_ids": torch.tensor([[5, 6, 7]]), "pixel_values": torch.ones(1, 3, 2, 2),
+              "grid": torch.tensor([[1, 2, 2], [1, 2, 2]]), "flag": True}
+    wide = widen_batch(inputs)
+    assert wide["input_ids"].tolist() == [[5, 6, 7], [5, 6, 7]]
+    assert wide["pixel_values"].shape == (2, 3, 2, 2)
+    assert wide["grid"] is inputs["grid"] and wide["flag"] is True

@@ -56,6 +56,7 @@ class _Rebuilder:
         self.leaves = leaves
 
     def __call__(self, flat: Mapping[str, torch.Tensor], component: str) -> Any:
+        flat = {k: v for k, v in flat.items() if isinstance(v, torch.Tensor)}  # ExecuTorch: None for None outputs
         missing = [n for n, t in zip(self.names, self.is_tensor) if t and n not in flat]
         if missing:
             raise KeyError(f"component {component!r}: the artifact returned no {missing[:4]} "

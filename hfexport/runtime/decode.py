@@ -53,6 +53,11 @@ class DecodeLoop(abc.ABC):
     def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Run the decode graph once; return logits [B, q, vocab]."""
 
+    def cache_storage(self) -> list[torch.Tensor]:
+        """The cache tensors every step writes in place (same storage for the whole loop); empty where the
+        backend hands the updated cache back as new outputs instead."""
+        return []
+
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int) -> GenerationResult:
         if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
             raise ValueError(f"prompt_ids must be [1, prompt_len], got {tuple(prompt_ids.shape)}")
@@ -132,6 +137,9 @@ class DynamoDecodeLoop(DecodeLoop):
 
     def reset(self) -> None:
         self.cache.reset()
+
+    def cache_storage(self) -> list[torch.Tensor]:
+        return caches.cache_tensors(self.cache)
 
     def step(self, input_ids, attention_mask, position_ids):
         kwargs = {"input_ids": input_ids, "position_ids": position_ids, self.cache_name: self.cache}

@@ -34,7 +34,10 @@ class DynamoRunner(Runner):
         return self._names
 
     def structured(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
-        leaves, spec = pytree.tree_flatten(self._template)
+        """Flat named inputs -> the kwargs the program was traced with. The leaves come from the saved example
+        inputs (ints stay ints); the structure from the program's call spec (a saved example may hold plain
+        dicts where the trace had ModelOutputs)."""
+        leaves, _ = pytree.tree_flatten(self._template)
         values = [flat_inputs[n] for n in self._names]
         rebuilt, it = [], iter(values)
         for leaf in leaves:
@@ -43,7 +46,11 @@ class DynamoRunner(Runner):
                 continue
             value = next(it)
             rebuilt.append(int(value) if isinstance(leaf, int) and isinstance(value, torch.Tensor) else value)
-        return pytree.tree_unflatten(rebuilt, spec)
+        in_spec = self.program.call_spec.in_spec
+        if in_spec is not None and in_spec.num_leaves == len(rebuilt):
+            _, kwargs = pytree.tree_unflatten(rebuilt, in_spec)
+            return kwargs
+        return pytree.tree_unflatten(rebuilt, pytree.tree_flatten(self._template)[1])
 
     def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with torch.no_grad():

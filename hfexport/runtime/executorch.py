@@ -231,6 +231,10 @@ class ExecutorchDecodeLoop(DecodeLoop):
         for name in self.owned:
             self.runner.attribute(name).zero_()
 
+    def cache_storage(self) -> list[torch.Tensor]:
+        # Only a program-owned cache is written in place; a user-input cache comes back as outputs.
+        return [self.runner.attribute(name) for name in self.owned]
+
     def step(self, input_ids, attention_mask, position_ids):
         feed = {"input_ids": input_ids, "position_ids": position_ids, **self.cache}
         if self._takes_mask:

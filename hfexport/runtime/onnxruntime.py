@@ -228,6 +228,9 @@ class OrtDecodeLoop(DecodeLoop):
         for buffer in self.buffers.values():
             buffer.zero_()
 
+    def cache_storage(self) -> list[torch.Tensor]:
+        return list(self.buffers.values())
+
     def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         inputs = {"input_ids": input_ids, "position_ids": position_ids}
         if self._takes_mask:
