@@ -28,4 +28,5 @@ def test_auto_dispatch_picks_the_backend(hfexport_implementation, hfexport_backe
 
 def test_environment_validation_passes_on_the_pinned_stack(hfexport_implementation, hfexport_backend):
     exporter = hfexport_implementation.exporter(hfexport_backend)
-    type(exporter).validate_environment()  # raises when a required package is missing or too old
+    # On the instance: the guide does not say whether it is a classmethod (hfexport) or a method (the peer).
+    exporter.validate_environment()  # raises when a required package is missing or too old

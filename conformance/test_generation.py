@@ -33,6 +33,13 @@ def test_components_match_eager_submodules(entry, generation_exported, hfexport_
 @pytest.mark.parametrize("entry", entry_params("generation", case="generation_tokens"))
 def test_exported_components_generate_eager_tokens(entry, generation_exported):
     result = generation_exported(entry)
+    foreign = [name for name, (module, _) in result.components.items()
+               if not any(module is m for m in result.model.modules())]
+    if foreign:
+        from pytest_hfexport import Unsupported
+
+        raise Unsupported(f"components {foreign} are not submodules that generate() calls (wrappers?), so their "
+                          "artifacts cannot be served inside the model's own generate()")
     got = ExportedGenerate(result.model, result.components, result.runners).generate(result.inputs, NEW_TOKENS)
     expected = eager_greedy_tokens(result.model, result.inputs, NEW_TOKENS)
     assert got.tolist() == expected.tolist(), f"exported components: {got.tolist()}\neager generate: {expected.tolist()}"
