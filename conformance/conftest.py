@@ -53,30 +53,38 @@ def export_cache(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend: str):
     """exported(entry) -> Exported: plain dynamic export, saved and loaded back, cached per session."""
 
-    def get(entry: ZooEntry) -> Exported:
-        key = (hfexport_implementation.name, hfexport_backend, entry.name)
-        if key not in export_cache:
-            model = entry.model()
-            result = Exported(entry, model, entry.sample_inputs(model))
-            try:
-                exporter = hfexport_implementation.exporter(hfexport_backend)
-                config = hfexport_implementation.config(hfexport_backend, dynamic=True)
-                start = time.perf_counter()
-                result.program = hfexport_implementation.export(exporter, model, result.sample, config)
-                result.seconds = time.perf_counter() - start
-                directory = export_cache["dir"] / f"{key[0]}-{key[1]}"
-                directory.mkdir(exist_ok=True)
-                result.path = hfexport_implementation.save(exporter, result.program, directory, entry.name)
-                result.runner = hfexport_implementation.load(result.path)
-            except BaseException as exc:  # cached too: the next check of this entry fails the same way, fast
-                result.error = exc
-            export_cache[key] = result
-        result = export_cache[key]
-        if result.error is not None:
-            raise result.error
+    def build(entry: ZooEntry, key: tuple) -> Exported:
+        model = entry.model()
+        result = Exported(entry, model, entry.sample_inputs(model))
+        try:
+            exporter = hfexport_implementation.exporter(hfexport_backend)
+            config = hfexport_implementation.config(hfexport_backend, dynamic=True)
+            start = time.perf_counter()
+            result.program = hfexport_implementation.export(exporter, model, result.sample, config)
+            result.seconds = time.perf_counter() - start
+            directory = export_cache["dir"] / f"{key[0]}-{key[1]}"
+            directory.mkdir(exist_ok=True)
+            result.path = hfexport_implementation.save(exporter, result.program, directory, entry.name)
+            result.runner = hfexport_implementation.load(result.path)
+        except BaseException as exc:
+            result.error = exc
         return result
 
+    def get(entry: ZooEntry) -> Exported:
+        key = (hfexport_implementation.name, hfexport_backend, entry.name)
+        return _cached(export_cache, key, lambda: build(entry, key))
+
     return get
+
+
+def _cached(cache: dict, key: tuple, build: Any) -> Any:
+    """Build once per session; a failure is cached too, so the next check of that entry fails the same way, fast."""
+    if key not in cache:
+        cache[key] = build()
+    result = cache[key]
+    if result.error is not None:
+        raise result.error
+    return result
 
 
 @dataclass
@@ -99,34 +107,32 @@ def generation_exported(export_cache: dict, hfexport_implementation: Any, hfexpo
     """generation_exported(entry, **options) -> GenerationExported, cached per session and options
     (``multi_token_decode``, ``generation_config``)."""
 
+    def build(entry: ZooEntry, key: tuple, options: dict[str, Any]) -> GenerationExported:
+        model = entry.model()
+        result = GenerationExported(entry, model, entry.sample_inputs(model))
+        try:
+            exporter = hfexport_implementation.exporter(hfexport_backend)
+            config = hfexport_implementation.config(hfexport_backend, dynamic=True)
+            start = time.perf_counter()
+            result.programs = hfexport_implementation.export_for_generation(
+                exporter, model, result.inputs, config, **options)
+            result.seconds = time.perf_counter() - start
+            directory = export_cache["dir"] / f"gen-{len(export_cache)}-{key[1]}-{key[2]}-{entry.name}"
+            directory.mkdir()
+            for name, program in result.programs.items():
+                result.paths[name] = hfexport_implementation.save(exporter, program, directory, name)
+                result.runners[name] = hfexport_implementation.load(result.paths[name])
+            decompose_options = {k: v for k, v in options.items() if k in ("multi_token_decode", "generation_config")}
+            result.components = hfexport_implementation.decompose_for_generation(
+                model, result.inputs, **decompose_options)
+        except BaseException as exc:
+            result.error = exc
+        return result
+
     def get(entry: ZooEntry, **options: Any) -> GenerationExported:
         key = ("generation", hfexport_implementation.name, hfexport_backend, entry.name, repr(sorted(
             (k, v.to_dict() if hasattr(v, "to_dict") else v) for k, v in options.items())))
-        if key not in export_cache:
-            model = entry.model()
-            result = GenerationExported(entry, model, entry.sample_inputs(model))
-            try:
-                exporter = hfexport_implementation.exporter(hfexport_backend)
-                config = hfexport_implementation.config(hfexport_backend, dynamic=True)
-                start = time.perf_counter()
-                result.programs = hfexport_implementation.export_for_generation(
-                    exporter, model, result.inputs, config, **options)
-                result.seconds = time.perf_counter() - start
-                directory = export_cache["dir"] / f"gen-{len(export_cache)}-{key[1]}-{key[2]}-{entry.name}"
-                directory.mkdir()
-                for name, program in result.programs.items():
-                    result.paths[name] = hfexport_implementation.save(exporter, program, directory, name)
-                    result.runners[name] = hfexport_implementation.load(result.paths[name])
-                decompose_options = {k: v for k, v in options.items() if k in ("multi_token_decode", "generation_config")}
-                result.components = hfexport_implementation.decompose_for_generation(
-                    model, result.inputs, **decompose_options)
-            except BaseException as exc:
-                result.error = exc
-            export_cache[key] = result
-        result = export_cache[key]
-        if result.error is not None:
-            raise result.error
-        return result
+        return _cached(export_cache, key, lambda: build(entry, key, options))
 
     return get
 
