@@ -172,7 +172,10 @@ def _use_known_failures(config: pytest.Config) -> None:
     path = known_failures_file(settings.impl)
     if path.exists():
         settings.xfails_path = str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
-        settings.xfails = xfails.load(path)
+        try:
+            settings.xfails = xfails.load(path)
+        except xfails.XfailFileError as exc:
+            raise pytest.UsageError(f"{path}: {exc}") from exc
 
 
 @pytest.hookimpl(tryfirst=True)  # before the plugin applies known failures and pytest's -m selection reads marks
