@@ -54,14 +54,14 @@ def known_reason(model: str, backend: str, check: str) -> str | None:
 def component_errors(components: dict, runners: dict) -> dict[str, float]:
     import torch
 
-    from hfexport.dynamo import carries_tensors
+    from hfexport.dynamo import tensor_inputs
     from hfexport.outputs import flatten_named
 
     errors = {}
     for name, (module, kwargs) in components.items():
         with torch.no_grad():
             ref = flatten_named(module(**copy.deepcopy(kwargs)))
-        got = runners[name]({k: v for k, v in copy.deepcopy(kwargs).items() if carries_tensors(v)})
+        got = runners[name](tensor_inputs(copy.deepcopy(kwargs)))
         got = {k: v for k, v in got.items() if isinstance(v, torch.Tensor)}
         missing = [k for k in ref if k not in got]
         if missing:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_hfexport.report import SYMBOL, count_table
+from pytest_hfexport.report import SYMBOL, count_table, merge_statuses
 
 REGENERATE = ("python -m pytest -n 2 --dist loadgroup conformance --hfexport-impl={impl} --hfexport-backend=all "
               "--hfexport-report out/conformance-{impl}.json")
@@ -22,12 +22,7 @@ REGENERATE = ("python -m pytest -n 2 --dist loadgroup conformance --hfexport-imp
 
 def model_matrix(rows: list[dict[str, Any]], markdown: bool) -> list[str]:
     """One line per model x check, one column per backend (worst status of the rows for that cell)."""
-    severity = {"error": 0, "fail": 1, "xpass": 2, "xfail": 3, "unsupported": 4, "skip": 5, "pass": 6}
-    cells: dict[tuple[str, str, str], str] = {}
-    for row in rows:
-        key = (row["model"], row["check"], row["backend"])
-        if key not in cells or severity[row["status"]] < severity[cells[key]]:
-            cells[key] = row["status"]
+    cells = {(model, check, backend): status for (model, backend, check), status in merge_statuses(rows).items()}
     backends = sorted({k[2] for k in cells})
     lines = sorted({(k[0], k[1]) for k in cells})
     table = [[m, c, *(SYMBOL.get(cells.get((m, c, b), ""), "") for b in backends)] for m, c in lines]

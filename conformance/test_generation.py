@@ -13,7 +13,7 @@ import pytest
 
 from conformance.checks import assert_matches, eager_named
 from conformance.conftest import entry_params
-from hfexport.dynamo import carries_tensors
+from hfexport.dynamo import tensor_inputs
 from hfexport.runtime.components import ExportedGenerate, eager_greedy_tokens
 
 NEW_TOKENS = 16
@@ -25,7 +25,7 @@ def test_components_match_eager_submodules(entry, generation_exported, hfexport_
     assert sorted(result.programs) == sorted(result.components), "export_for_generation and " \
         "decompose_for_generation disagree on the components"
     for name, (module, kwargs) in result.components.items():
-        graph_inputs = {k: v for k, v in kwargs.items() if carries_tensors(v)}  # flags were baked in
+        graph_inputs = tensor_inputs(kwargs)  # flags were baked in
         got = result.runners[name](copy.deepcopy(graph_inputs))
         assert_matches(eager_named(module, kwargs), got, hfexport_backend, name)
 

@@ -9,7 +9,7 @@ import torch
 
 from conformance.checks import assert_matches, eager_named
 from conformance.conftest import entry_params
-from hfexport.dynamo import carries_tensors
+from hfexport.dynamo import tensor_inputs
 from hfexport.generation import _clean, capture_generation_calls, merge_decode_calls
 
 
@@ -26,6 +26,6 @@ def decode_call(model, inputs, tokens: int) -> dict:
 def test_one_decode_graph_serves_k_query_tokens(entry, tokens, generation_exported, hfexport_backend):
     result = generation_exported(entry, multi_token_decode=True)
     kwargs = decode_call(result.model, result.inputs, tokens)
-    graph_inputs = {k: v for k, v in kwargs.items() if carries_tensors(v)}
+    graph_inputs = tensor_inputs(kwargs)
     got = result.runners["decode"](copy.deepcopy(graph_inputs))
     assert_matches(eager_named(result.model, kwargs), got, hfexport_backend, f"decode with {tokens} query token(s)")

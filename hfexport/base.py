@@ -25,6 +25,9 @@ class HfExporter(abc.ABC):
 
     export_format: ClassVar[ExportFormat | str]
     config_class: ClassVar[type[ExportConfigMixin]]
+    # export_for_generation widens a batch-1 sample to batch 2 before a dynamic export of the components
+    # where the backend needs it (see generation._widen_for_export).
+    widen_batch1_components: ClassVar[bool] = False
     required_packages: ClassVar[list[str]] = ["torch"]
     min_versions: ClassVar[dict[str, str]] = {}
     # Filled from hfexport/pins by __init_subclass__ unless a subclass sets it.

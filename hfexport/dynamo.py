@@ -49,6 +49,12 @@ def carries_tensors(value: Any) -> bool:
     return bool(getattr(value, "__dict__", None)) and any(carries_tensors(v) for v in vars(value).values())
 
 
+def tensor_inputs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments that are graph inputs (tensors, caches, containers of them); flags and other
+    constants were baked into the graph at export, so a call of the exported program drops them."""
+    return {k: v for k, v in kwargs.items() if carries_tensors(v)}
+
+
 def split_inputs(sample_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(graph inputs, constants). Caches are cloned so tracing never mutates the caller's."""
     if not isinstance(sample_inputs, Mapping):
@@ -177,12 +183,7 @@ class DynamoExporter(HfExporter):
 
 
 def _plain_model_outputs(value: Any) -> Any:
-    try:
-        from transformers.utils import ModelOutput
-    except ImportError:  # pragma: no cover
-        return value
-    if isinstance(value, ModelOutput):
-        return {k: _plain_model_outputs(v) for k, v in value.items()}
+    """The same containers with every dict, ModelOutputs (OrderedDict subclasses) included, a plain dict."""
     if isinstance(value, dict):
         return {k: _plain_model_outputs(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -67,10 +67,6 @@ SIDE_SUFFIX = ".json"
 IO_ATTR = "hfexport_io"
 
 
-# to_executorch's view-to-alias pass refuses a dynamic view of a static base (executorch 1.5.1).
-VIEW_SPEC_ERROR = "_ViewSpec is incompatible with its base"
-
-
 def side_file(path: str | Path) -> Path:
     """Where the names of the program saved at ``path`` live: ``<name>.pte.json`` next to it."""
     path = Path(path)
@@ -135,6 +131,7 @@ class ExecutorchExporter(DynamoExporter):
     """transformers model -> ``executorch.exir.ExecutorchProgramManager`` (see the module doc for the stages)."""
 
     export_format = ExportFormat.EXECUTORCH
+    widen_batch1_components = True  # lowering pins a batch-1 x 1-token decode step's batch*query to 1
     config_class = ExecutorchConfig
     required_packages = ["torch", "transformers", "executorch"]
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "executorch")
@@ -280,12 +277,11 @@ class ExecutorchExporter(DynamoExporter):
             return [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
         return []  # portable: no delegate, the portable/optimized kernels run every op
 
-    def backend_config(self, config: ExecutorchConfig, remove_view_copy: bool = True) -> Any:
+    def backend_config(self, config: ExecutorchConfig) -> Any:
         from executorch.exir import ExecutorchBackendConfig
         from executorch.exir.passes import MemoryPlanningPass
 
         return ExecutorchBackendConfig(
-            remove_view_copy=remove_view_copy,
             memory_planning_pass=MemoryPlanningPass(
                 alloc_graph_input=config.alloc_graph_input,
                 alloc_graph_output=config.alloc_graph_output,
@@ -315,15 +311,7 @@ class ExecutorchExporter(DynamoExporter):
         self._check_still_dynamic(program, edge)
         try:
             with executorch_fixes.lowering_patches(), self.tracing_mode(config):
-                try:
-                    manager = edge.to_executorch(self.backend_config(config))
-                except Exception as exc:
-                    if VIEW_SPEC_ERROR not in str(exc):
-                        raise
-                    # A dynamic-size view of a static-size tensor (a slice of a DynamicCache-era mask, say):
-                    # the memory planner cannot alias it, so keep view_copy ops as real copies.
-                    logger.info("to_executorch: %s; retrying with remove_view_copy=False", VIEW_SPEC_ERROR)
-                    manager = edge.to_executorch(self.backend_config(config, remove_view_copy=False))
+                manager = edge.to_executorch(self.backend_config(config))
         except Exception as exc:
             raise HfExportError(f"ExecuTorch to_executorch (memory planning, emission) failed: "
                                 f"{type(exc).__name__}: {_brief(exc)}", stage="lowering") from exc

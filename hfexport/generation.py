@@ -280,7 +280,7 @@ def export_components(exporter: Any, model: Any, inputs: Mapping[str, Any], conf
     else:
         exporter.resolve_config(config)
     sample = dict(inputs)
-    if str(getattr(exporter, "export_format", "")) == "executorch" and _widen_for_export(config, generation_config, sample):
+    if getattr(exporter, "widen_batch1_components", False) and _widen_for_export(config, generation_config, sample):
         sample = widen_batch(sample)
         logger.info("export_for_generation: batch-1 sample widened to batch 2 so no component pins batch x query to 1")
     components = decompose_for_generation(model, sample, generation_config, multi_token_decode)

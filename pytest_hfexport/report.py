@@ -195,15 +195,21 @@ class Recorder:
 COUNTED = ("pass", "fail", "xfail", "unsupported")
 
 
-def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False) -> list[str]:
-    """Counts per check (rows) and backend (columns): ``pass/fail/xfail/unsupported``, merged per
-    model x backend x check (worst status wins); error and xpass count as fail, skip as unsupported."""
+def merge_statuses(rows: Iterable[Mapping[str, Any] | Row]) -> dict[tuple[str, str, str], str]:
+    """(model, backend, check) -> the worst status among the rows (JSON dicts or Rows) for that cell."""
     merged: dict[tuple[str, str, str], str] = {}
     for row in rows:
         get = row.get if isinstance(row, Mapping) else lambda k, r=row: getattr(r, k)
         key, status = (get("model"), get("backend"), get("check")), get("status")
         if key not in merged or _SEVERITY[status] < _SEVERITY[merged[key]]:
             merged[key] = status
+    return merged
+
+
+def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False) -> list[str]:
+    """Counts per check (rows) and backend (columns): ``pass/fail/xfail/unsupported``, merged per
+    model x backend x check (worst status wins); error and xpass count as fail, skip as unsupported."""
+    merged = merge_statuses(rows)
     if not merged:
         return []
     fold = {"error": "fail", "xpass": "fail", "skip": "unsupported"}

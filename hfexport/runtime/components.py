@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping
 import torch
 import torch.utils._pytree as pytree
 
-from .. import caches
+from ..dynamo import tensor_inputs
 from ..generation import _bind, _clean
 from ..outputs import spec_leaf_names
 from .base import Runner
@@ -36,12 +36,6 @@ logger = logging.getLogger(__name__)
 
 # Components that stand for the top-level model's forward: which call each one serves.
 TOP_LEVEL = {"prefill": "first", "decode": "later"}
-
-
-def _graph_inputs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    from ..dynamo import carries_tensors
-
-    return {k: v for k, v in kwargs.items() if carries_tensors(v)}
 
 
 class _Rebuilder:
@@ -80,7 +74,7 @@ def _set_int_state(out: Any, flat: Mapping[str, torch.Tensor]) -> None:
                     obj[part] if isinstance(obj, Mapping) else getattr(obj, part))
         except (AttributeError, KeyError, IndexError, ValueError, TypeError):
             continue
-        if caches.is_cache(obj) or hasattr(obj, "__dict__"):
+        if hasattr(obj, "__dict__"):
             if isinstance(getattr(obj, attr, None), int) and not isinstance(getattr(obj, attr), bool):
                 setattr(obj, attr, int(value))
 
@@ -105,7 +99,7 @@ class ExportedGenerate:
         self.calls: dict[str, int] = {name: 0 for name in self.runners}
 
     def _serve(self, name: str, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-        inputs = _graph_inputs(_clean(_bind(module, args, kwargs)))
+        inputs = tensor_inputs(_clean(_bind(module, args, kwargs)))
         self.calls[name] += 1
         return self.rebuilders[name](self.runners[name](inputs), name)
 

@@ -37,7 +37,7 @@ class DynamoRunner(Runner):
         """Flat named inputs -> the kwargs the program was traced with. The leaves come from the saved example
         inputs (ints stay ints); the structure from the program's call spec (a saved example may hold plain
         dicts where the trace had ModelOutputs)."""
-        leaves, _ = pytree.tree_flatten(self._template)
+        leaves, template_spec = pytree.tree_flatten(self._template)
         values = [flat_inputs[n] for n in self._names]
         rebuilt, it = [], iter(values)
         for leaf in leaves:
@@ -50,7 +50,7 @@ class DynamoRunner(Runner):
         if in_spec is not None and in_spec.num_leaves == len(rebuilt):
             _, kwargs = pytree.tree_unflatten(rebuilt, in_spec)
             return kwargs
-        return pytree.tree_unflatten(rebuilt, pytree.tree_flatten(self._template)[1])
+        return pytree.tree_unflatten(rebuilt, template_spec)
 
     def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with torch.no_grad():
