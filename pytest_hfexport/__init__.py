@@ -24,7 +24,7 @@ _LAZY = {
     "Measurement": "pytest_hfexport.pipeline",
     "default_tolerance": "pytest_hfexport.compare",
     "ExportCheckError": "pytest_hfexport.pipeline",
-    "Unsupported": "pytest_hfexport.implementations",
+    "Unsupported": "pytest_hfexport.adapters.base",
 }
 
 __all__ = sorted(_LAZY)

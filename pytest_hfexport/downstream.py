@@ -37,7 +37,7 @@ class ModelCase:
     name: str
     build: Callable[[], Any]
     inputs: Callable[..., Mapping[str, Any]] | Mapping[str, Any]
-    checks: Sequence[str] = ("export", "shapes", "unchanged")
+    checks: Sequence[str] = ("export", "shapes", "unchanged")  # see CHECKS
     sample: tuple[int, int] = (1, 6)
     other: tuple[int, int] = (2, 9)
     config: Mapping[str, Any] = field(default_factory=dict)  # export config overrides
@@ -105,16 +105,23 @@ class _FactoryCase(ModelCase):
 # -- the checks -------------------------------------------------------------------------------------
 
 def check_export(case: ModelCase, harness: Any, settings: Any) -> Any:
-    """Export on the sample, save, load from disk, run on the sample (and the other sizes), compare with eager."""
+    """Export on the sample, save, load from disk, run on the sample and away from it (the case's other sizes, or
+    the sample resized to another batch and length), compare with eager."""
+    from .strategies import away_from_sample
+
     model = case.model()
     sample = case.sample_inputs(model)
     other = case.other_inputs(model)
+    if other is None and dict(case.config).get("dynamic", True) and not dict(case.config).get("dynamic_shapes"):
+        other = away_from_sample(sample)
     return harness.export_and_compare(model, sample, other, check="export", name=case.name,
                                       tolerance=case.tolerance, **dict(case.config))
 
 
 def check_shapes(case: ModelCase, harness: Any, settings: Any) -> Any:
-    """Export once (dynamic), then run the saved artifact on hypothesis-drawn shapes inside its declared ranges."""
+    """Export once (dynamic), then run the saved artifact at hypothesis-drawn batch and sequence sizes. The
+    sizes come from the case (its inputs maker, or the sample resized), never from the ranges the program
+    declares: a program exported static under ``dynamic=True`` fails here."""
     from hypothesis import HealthCheck, given
     from hypothesis import settings as hsettings
     from hypothesis import strategies as st
@@ -126,38 +133,21 @@ def check_shapes(case: ModelCase, harness: Any, settings: Any) -> Any:
     sample = case.sample_inputs(model)
     config = {"dynamic": True, **dict(case.config)}
     m = harness.export_and_compare(model, sample, check="shapes", name=case.name, tolerance=case.tolerance, **config)
-    ep = strategies.exported_program_of(m.program)
-    if ep is not None and not (ep.example_inputs and strategies.input_axes(m.program)):
-        ep = None  # e.g. an ExecuTorch edge program: no example inputs to name its axes
-    if ep is not None:
-        drawn = strategies.runtime_shapes(m.program)
-    elif case.sized:  # the backend's program hides the ExportedProgram: draw plain sizes for the inputs maker
-        drawn = strategies.sizes(1, 3, 1, 12)
-    else:
-        from .implementations import Unsupported
-
-        raise Unsupported(f"{harness.implementation.name}/{harness.backend}: the program declares no shape ranges "
-                          f"and {case.name} has no inputs maker f(model, batch, seq) to build other shapes")
     max_examples = getattr(settings, "max_examples", None)
 
     @hsettings(max_examples=max_examples or hsettings().max_examples, deadline=None, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(st.data())
     def run(data: Any) -> None:
-        shapes = data.draw(drawn, label="shapes")
-        if ep is None or case.sized:
-            if ep is not None:
-                first = next(iter(shapes.values()))
-                batch, seq = first[0], first[1] if len(first) > 1 else case.sample[1]
-            else:
-                batch, seq = shapes["batch"], shapes["seq"]
+        drawn = data.draw(strategies.sizes(1, 3, 2, 12), label="sizes")
+        batch, seq = drawn["batch"], drawn["seq"]
+        if case.sized:
             inputs = case.sample_inputs(model, batch, seq)
         else:
-            inputs = strategies.resize_like(sample, shapes, seed=data.draw(st.integers(0, 2**16), label="seed"))
+            inputs = strategies.resize_like(sample, _resized_shapes(sample, batch, seq), seed=batch * 100 + seq)
         expected = harness.eager(model, inputs)
-        got = m.runner(copy.deepcopy(inputs))
-        result = compare(expected, got, harness.backend, tolerance=case.tolerance,
-                         label="x".join(str(s) for s in next(iter(shapes.values()))) if ep is not None else "drawn")
+        got = strategies_flat(m.runner(**copy.deepcopy(inputs)))
+        result = compare(expected, got, harness.backend, tolerance=case.tolerance, label=f"batch={batch} seq={seq}")
         m.results.append(result)
         if not result.ok:
             from .pipeline import ExportMismatch
@@ -169,46 +159,52 @@ def check_shapes(case: ModelCase, harness: Any, settings: Any) -> Any:
     return m
 
 
-def check_unchanged(case: ModelCase, harness: Any, settings: Any) -> Any:
-    """After an export the model is as before: same parameters and buffers, same forward, same mode, same output."""
+def _resized_shapes(sample: Mapping[str, Any], batch: int, seq: int) -> dict[str, list[int]]:
+    """The sample's tensor shapes with its batch (axis 0) and sequence (axis 1) sizes replaced."""
     import torch
 
+    tensors = {k: v for k, v in sample.items() if isinstance(v, torch.Tensor)}
+    sizes0 = {int(t.shape[0]) for t in tensors.values() if t.dim() >= 1}
+    sizes1 = {int(t.shape[1]) for t in tensors.values() if t.dim() >= 2}
+    b0 = sizes0.pop() if len(sizes0) == 1 else None
+    s0 = sizes1.pop() if len(sizes1) == 1 else None
+    return {k: [batch if i == 0 and d == b0 else seq if i == 1 and d == s0 else d for i, d in enumerate(t.shape)]
+            for k, t in tensors.items()}
+
+
+def strategies_flat(value: Any) -> dict[str, Any]:
+    from .naming import flat_named
+
+    return flat_named(value)
+
+
+def check_unchanged(case: ModelCase, harness: Any, settings: Any) -> Any:
+    """After an export (successful or not) the model, the inputs, torch's global state and every patchable
+    attribute are as before (``pytest_hfexport.hygiene``), and eager outputs are bit-identical."""
+    from .compare import compare
+    from .hygiene import diff, snapshot
     from .pipeline import ExportCheckError, Measurement
 
     model = case.model()
     sample = case.sample_inputs(model)
-    before_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    before_attrs = dict(vars(model))
     before_out = harness.eager(model, sample)
-    training = model.training
+    before = snapshot(model, sample)
     m = Measurement(case.name, harness.backend, "unchanged", harness.implementation.name, harness.device)
     exporter = harness.exporter()
+    failure = None
     try:
         harness.implementation.export(exporter, model, sample, harness.config(**dict(case.config)))
-    except Exception as exc:
-        m.stage, m.message = getattr(exc, "stage", "export"), f"{type(exc).__name__}: {exc}"
-        harness.record(m)
-        raise ExportCheckError(m.message, m.stage or "export", m) from exc
-    problems = []
-    after_state = model.state_dict()
-    if set(after_state) != set(before_state):
-        problems.append(f"state_dict keys changed: {sorted(set(after_state) ^ set(before_state))[:5]}")
-    problems += [f"{k} changed" for k, v in before_state.items() if k in after_state and not torch.equal(v, after_state[k])][:5]
-    added = sorted(set(vars(model)) - set(before_attrs))
-    if added:
-        problems.append(f"attributes left on the model: {added}")
-    if "forward" in vars(model) and vars(model)["forward"] is not before_attrs.get("forward"):
-        problems.append("model.forward is still replaced")
-    if model.training != training:
-        problems.append(f"model.training changed to {model.training}")
-    from .compare import compare
-
+    except Exception as exc:  # a failed export must leave everything as it was too
+        failure = f"{type(exc).__name__}: {exc}"
+    problems = diff(before, model, sample)
     result = compare(before_out, harness.eager(model, sample), "dynamo", tolerance=0.0, label="eager after export")
     m.results.append(result)
     if not result.ok:
         problems.append("eager outputs differ after the export: " + "; ".join(result.failures()))
     if problems:
-        m.stage, m.message = "export", "the export changed the model: " + "; ".join(problems)
+        m.stage = "export"
+        m.message = "the export changed the caller's world: " + "; ".join(problems[:10]) + (
+            f" (the export itself failed: {failure})" if failure else "")
     harness.record(m)
     if problems:
         raise ExportCheckError(f"{case.name}: {m.message}", "export", m)

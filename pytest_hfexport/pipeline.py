@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .compare import CompareResult, ToleranceSpec, compare
-from .implementations import Implementation, Unsupported
+from .adapters import Adapter, Unsupported
+from .naming import flat_named
 
 STAGES = ("eager", "export", "lowering", "save", "load", "run", "mismatch")
 
@@ -121,7 +122,7 @@ def model_name(model: Any) -> str:
 class Harness:
     """Runs measurements for one test: one implementation, one backend, one device."""
 
-    def __init__(self, implementation: Implementation, backend: str, device: str = "cpu",
+    def __init__(self, implementation: Adapter, backend: str, device: str = "cpu",
                  workdir: Path | None = None, record: Callable[[Measurement], None] | None = None,
                  tolerance: ToleranceSpec = None) -> None:
         self.implementation = implementation
@@ -141,10 +142,8 @@ class Harness:
     def eager(self, model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
         import torch
 
-        from hfexport.outputs import flatten_named
-
         with torch.no_grad():
-            return flatten_named(model(**copy.deepcopy(dict(inputs))))
+            return flat_named(model(**copy.deepcopy(dict(inputs))))
 
     def export_and_compare(self, model: Any, inputs: Mapping[str, Any], other_inputs: Any = None, *,
                            tolerance: ToleranceSpec = None, output_tolerance: ToleranceSpec = None,
@@ -175,6 +174,7 @@ class Harness:
             expected = [self.eager(model, s) for _, s in sets]
             lap("eager")
             stage = "export"
+            self.implementation.require("export", self.backend)
             exporter = self.exporter()
             export_config = self.config(**config)
             m.program = self.implementation.export(exporter, model, dict(sets[0][1]), export_config)
@@ -190,22 +190,18 @@ class Harness:
                 runner = m.runner = self.implementation.load(m.artifact)
             else:
                 stage = "load"
-                from hfexport.runtime import runner_for
-
-                runner = m.runner = runner_for(m.program, self.backend)
+                runner = m.runner = self.implementation.runner_for(m.program, self.backend)
             lap("load")
             for (label, feed), ref in zip(sets, expected):
                 stage = "run"
                 with torch.no_grad():
-                    got = runner(copy.deepcopy(feed))
+                    got = flat_named(runner(**copy.deepcopy(feed)))
                 lap("run")
                 stage = "mismatch"
                 m.results.append(compare(ref, got, self.backend, tolerance=_merge(self.tolerance, tolerance),
                                          output_tolerance=output_tolerance, label=label))
         except Unsupported:
             raise
-        except NotImplementedError as exc:
-            raise Unsupported(f"{self.implementation.name}/{self.backend}: {exc}") from exc
         except Exception as exc:
             m.stage = getattr(exc, "stage", None) if getattr(exc, "stage", None) in STAGES else stage
             m.message = f"{type(exc).__name__}: {exc}"

@@ -78,9 +78,20 @@ class Recorder:
         self.versions = dict(versions)
         self.meta = dict(meta)
         self.rows: dict[str, Row] = {}
-        self.regressions: list[tuple[Row, dict]] = []
+        self.regressions: list[tuple[Row | None, dict]] = []  # (row now, or None when not run; baseline row)
         self.improvements: list[tuple[Row, dict]] = []
-        self.not_run: list[dict] = []
+        self.declared_gaps: dict[str, str] = {}
+        self.started: float | None = None
+        self.wall_s: float | None = None
+
+    def start(self) -> None:
+        self.started = time.time()
+
+    def finish(self, declared_gaps: Mapping[str, str] | None = None) -> None:
+        """The session is over: its wall time, and the gaps the implementation declared."""
+        if self.started is not None:
+            self.wall_s = round(time.time() - self.started, 1)
+        self.declared_gaps = dict(declared_gaps or {})
 
     def add(self, report: Any) -> None:
         facts = getattr(report, "hfexport", None)
@@ -140,8 +151,9 @@ class Recorder:
 
     def to_json(self) -> dict[str, Any]:
         return {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), **self.meta, "implementation": self.implementation,
-                "versions": self.versions, "summary": self.counts(), "by_stage": self.by_stage(),
-                "regressions": [r.key for r, _ in self.regressions],
+                "versions": self.versions, "wall_s": self.wall_s, "summary": self.counts(), "by_stage": self.by_stage(),
+                "declared_gaps": self.declared_gaps,
+                "regressions": [list(_baseline_key(before)) for _, before in self.regressions],
                 "rows": [asdict(r) for r in self.rows.values()]}
 
     def write(self, path: str | Path) -> None:
@@ -152,18 +164,16 @@ class Recorder:
         tmp.replace(path)
 
     def compare_baseline(self, baseline: Mapping[tuple[str, str, str], dict]) -> None:
-        """Passed there and fails now (fail, error or xfail): a regression. Failed there, passes now: an improvement."""
+        """A row that passed there and does not pass now is a regression: it fails, errors, xfails, is
+        unsupported or skipped, or was not run at all. Failed there and passes now: an improvement."""
         now = self.merged()
-        self.regressions, self.improvements, self.not_run = [], [], []
+        self.regressions, self.improvements = [], []
         for key, before in baseline.items():
             row = now.get(key)
-            if row is None:
-                if before.get("status") == "pass":
-                    self.not_run.append(before)
-                continue
-            if before.get("status") in ("pass", "xpass") and row.status in BAD:
+            passed_before = before.get("status") in ("pass", "xpass")
+            if passed_before and (row is None or row.status not in ("pass", "xpass")):
                 self.regressions.append((row, before))
-            elif before.get("status") in BAD and row.status in ("pass", "xpass"):
+            elif row is not None and before.get("status") in BAD and row.status in ("pass", "xpass"):
                 self.improvements.append((row, before))
 
     # -- terminal --------------------------------------------------------------------------------
@@ -232,6 +242,10 @@ def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False)
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     fmt = lambda r: "  ".join(f"{v:<{w}}" for v, w in zip(r, widths)).rstrip()  # noqa: E731
     return [f"counts per check and backend: {'/'.join(COUNTED)}", fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in body]
+
+
+def _baseline_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (str(row.get("model")), str(row.get("backend")), str(row.get("check", "export")))
 
 
 def _first_line(report: Any) -> str:

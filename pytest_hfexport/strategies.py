@@ -109,7 +109,7 @@ def input_axes(program: Any) -> dict[str, list[Any]]:
     Names are ``hfexport.outputs.flatten_named`` names of the program's example inputs."""
     import torch
 
-    from hfexport.outputs import flatten_named
+    from .naming import flat_named as flatten_named
 
     ep = exported_program_of(program)
     if ep is None:
@@ -149,7 +149,7 @@ def tied_symbols(program: Any) -> dict[Any, tuple]:
     """Symbol -> its tie key ``(axis index, size in the example inputs)``. ``Dim.AUTO`` gives every input its own
     symbols (``input_ids`` and ``attention_mask`` do not share a sequence symbol in the graph), yet the model needs
     them equal; symbols on the same axis index with the same example size are drawn together."""
-    from hfexport.outputs import flatten_named
+    from .naming import flat_named as flatten_named
 
     ep = exported_program_of(program)
     example = flatten_named(ep.example_inputs[1]) if ep.example_inputs else {}
@@ -220,3 +220,22 @@ def runtime_inputs(program: Any, sample_inputs: Mapping[str, Any], cap: int = 16
     """Inputs like ``sample_inputs`` at shapes drawn inside ``program``'s declared ranges."""
     return st.builds(resize_like, st.just(dict(sample_inputs)), runtime_shapes(program, cap),
                      st.integers(0, 2**16))
+
+
+def away_from_sample(sample_inputs: Mapping[str, Any], extra_batch: int = 1, extra_seq: int = 3) -> list[dict[str, Any]]:
+    """Inputs like the sample's at another batch and at another sequence length (axis 0 and axis 1 of the tensors
+    that share the sample's sizes there): a program exported static under ``dynamic=True`` refuses them."""
+    import torch
+
+    tensors = [v for v in sample_inputs.values() if isinstance(v, torch.Tensor)]
+    batch = {int(t.shape[0]) for t in tensors if t.dim() >= 1}
+    seq = {int(t.shape[1]) for t in tensors if t.dim() >= 2}
+    out = []
+    for axis, sizes, extra in ((0, batch, extra_batch), (1, seq, extra_seq)):
+        if len(sizes) != 1:
+            continue
+        (size,) = sizes
+        shapes = {name: [s + extra if i == axis and s == size else s for i, s in enumerate(t.shape)]
+                  for name, t in sample_inputs.items() if isinstance(t, torch.Tensor)}
+        out.append(resize_like(sample_inputs, shapes, seed=axis))
+    return out

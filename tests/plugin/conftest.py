@@ -4,7 +4,8 @@
 exporter keeps the model in memory and whose runtime runs it: fast, no torch.export. The environment
 variable ``FAKEIMPL`` makes a backend misbehave: ``onnx=perturb`` (outputs off by 1e-2),
 ``executorch=export`` (raise in that stage: eager is the model's own; export, lowering, save, load, run),
-``dynamo=notimpl`` (NotImplementedError: unsupported).
+``dynamo=notimpl`` (NotImplementedError: a failure like any other exception), ``onnx=lacks`` (the module
+declares it lacks that backend in ``HFEXPORT_LACKS``: the only way to be unsupported).
 """
 
 import pytest
@@ -75,6 +76,10 @@ class AutoExportConfig:
 
 
 STORE = {}
+
+# What this implementation declares it lacks (read when the adapter is built).
+HFEXPORT_LACKS = {f"export/{b}": f"fakeimpl cannot {b}" for b in ("dynamo", "onnx", "executorch")
+                  if behaviour(b) == "lacks"}
 
 
 class Exporter:

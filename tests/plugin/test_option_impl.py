@@ -41,26 +41,37 @@ def test_unknown_module_is_a_usage_error(pytester):
     result.stderr.fnmatch_lines(["*--hfexport-impl=no_such_impl_module: no such module*"])
 
 
-def test_backend_the_implementation_lacks_is_unsupported(pytester, fake_impl, monkeypatch):
-    monkeypatch.setenv("FAKEIMPL", "onnx=notimpl")
+def test_backend_the_implementation_declares_it_lacks_is_unsupported(pytester, fake_impl, monkeypatch):
+    monkeypatch.setenv("FAKEIMPL", "onnx=lacks")
     pytester.makepyfile(TINY)
     result = pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo,onnx",
                                           "--hfexport-report=r.json", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*unsupported: fakeimpl/onnx: fakeimpl cannot onnx*"])
+    result.stdout.fnmatch_lines(["*unsupported: fakeimpl declares it lacks export/onnx: fakeimpl cannot onnx*"])
     status = {r["backend"]: r["status"] for r in rows_of(pytester.path / "r.json")}
     assert status == {"dynamo": "pass", "onnx": "unsupported"}
 
 
-def test_transformers_peer_unsupported_option(pytester):
-    """The peer's OnnxConfig has no external_data: the adapter says unsupported instead of guessing."""
+def test_an_exception_is_a_failure_never_unsupported(pytester, fake_impl, monkeypatch):
+    """NotImplementedError (or any text about unknown formats) from an implementation that declared nothing."""
+    monkeypatch.setenv("FAKEIMPL", "onnx=notimpl")
+    pytester.makepyfile(TINY)
+    result = pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo,onnx",
+                                          "--hfexport-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    status = {r["backend"]: r["status"] for r in rows_of(pytester.path / "r.json")}
+    assert status == {"dynamo": "pass", "onnx": "fail"}
+
+
+def test_transformers_peer_unknown_option_is_an_error(pytester):
+    """The peer's OnnxConfig has no external_data: asking for it fails with the peer's own error."""
     pytester.makepyfile("""
         def test_cfg(hfexport_config):
             hfexport_config(external_data=False)
     """)
-    result = pytester.runpytest_inprocess("--hfexport-impl=transformers", "--hfexport-backend=onnx", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*unsupported: transformers.exporters' OnnxConfig has no option(s) *external_data*"])
+    result = pytester.runpytest_inprocess("--hfexport-impl=transformers", "--hfexport-backend=onnx")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*unexpected keyword argument 'external_data'*"])
 
 
 def test_transformers_peer_exports_and_runs_from_disk(pytester):

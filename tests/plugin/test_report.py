@@ -42,7 +42,7 @@ TEST = """
 
 
 def test_rows_and_statuses(pytester, fake_impl, monkeypatch):
-    monkeypatch.setenv("FAKEIMPL", "onnx=perturb,executorch=notimpl")
+    monkeypatch.setenv("FAKEIMPL", "onnx=perturb,executorch=lacks")
     pytester.makepyfile(TEST)
     result = pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo,onnx,executorch",
                                           "--hfexport-report=out/report.json")

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_hfexport import strategies
-from pytest_hfexport.implementations import resolve
+from pytest_hfexport.adapters import resolve
 from pytest_hfexport.pipeline import Harness
 
 

@@ -1,0 +1,111 @@
+"""Adapter for hfexport, and for any module that exposes hfexport's public API.
+
+``ModuleAdapter("hfexport")`` is the default implementation under test. A dotted module
+(``--hfexport-impl=pkg.impl``) is judged the same way: its ``AutoExportConfig``,
+``AutoHfExporter``, ``HfExporter``, ``ExportConfigMixin``, ``register_exporter`` and
+``register_export_config``; its ``runtime`` submodule (``load``, ``runner_for``,
+``decode.decode_loop``, ``components.ExportedGenerate``; a submodule or a ``runtime`` attribute) and
+``utils.decompose_for_generation`` where it has them, else hfexport's (one provider of the artifact contract). What it lacks it
+declares in a module attribute ``HFEXPORT_LACKS = {capability: reason}``. A module that
+defines ``hfexport_adapter`` (an ``Adapter`` subclass) is judged through that instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .base import Adapter, DecodeLoop
+
+
+def _optional(module_name: str, fallback: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the module exists but something it imports is missing: a real error
+        return importlib.import_module(fallback)
+
+
+class ModuleAdapter(Adapter):
+    """hfexport's public API in a module; hfexport.runtime provides the artifact contract where it has none."""
+
+    # hfexport on ExecuTorch: the Python runtime has no Method::set_output_data_ptr, so a cache passed as graph
+    # inputs comes back as new outputs; the zero-copy loop is C++ (examples/cpp/decode.cpp).
+    HFEXPORT_LACKS = {
+        "decode_loop_in_place/executorch": "the ExecuTorch Python runtime returns a mutated input as a new output "
+                                           "(no set_output_data_ptr); the zero-copy loop is C++ (examples/cpp)",
+    }
+
+    def __init__(self, module_name: str = "hfexport") -> None:
+        self.name = module_name
+        self.module = importlib.import_module(module_name)
+        # The module's own runtime (a submodule, or a ``runtime`` attribute), else hfexport's.
+        self.runtime = getattr(self.module, "runtime", None) or _optional(f"{module_name}.runtime", "hfexport.runtime")
+        runtime_name = getattr(self.runtime, "__name__", "hfexport.runtime")
+        self.decode = getattr(self.runtime, "decode", None) or _optional(f"{runtime_name}.decode",
+                                                                         "hfexport.runtime.decode")
+        self.components = getattr(self.runtime, "components", None) or _optional(f"{runtime_name}.components",
+                                                                                 "hfexport.runtime.components")
+        self.utils = getattr(self.module, "utils", None) or _optional(f"{module_name}.utils", "hfexport.utils")
+        declared = getattr(self.module, "HFEXPORT_LACKS", None)
+        self.lacks = dict(self.HFEXPORT_LACKS if declared is None and module_name == "hfexport" else declared or {})
+
+    def version(self) -> str:
+        version = getattr(self.module, "__version__", None)
+        if version is None:
+            from ..versions import installed
+
+            version = installed(self.name.split(".")[0]) or "unknown"
+        return str(version)
+
+    def api(self) -> Any:
+        return self.module
+
+    # -- exporting ---------------------------------------------------------------------------------
+    def config(self, backend: str, **fields: Any) -> Any:
+        # from_dict takes serialisable data; live torch.export.Dim specs are set on the built config.
+        live = {k: fields.pop(k) for k in ("dynamic_shapes",) if k in fields}
+        config = self.module.AutoExportConfig.from_dict({"export_format": backend, **fields})
+        if live:
+            config = dataclasses.replace(config, **live) if dataclasses.is_dataclass(config) else config
+            for key, value in live.items():
+                if getattr(config, key, None) is not value:
+                    setattr(config, key, value)
+        return config
+
+    def exporter(self, backend: str) -> Any:
+        return self.module.AutoHfExporter.from_config(self.config(backend))
+
+    # -- artifacts ---------------------------------------------------------------------------------
+    def save(self, exporter: Any, program: Any, directory: Path, stem: str = "model") -> Path:
+        path = Path(directory) / f"{stem}{getattr(exporter, 'file_suffix', '')}"
+        exporter.save(program, str(path))
+        return path
+
+    def load(self, path: Path) -> Callable[..., Any]:
+        return self.runtime.load(path)
+
+    def runner_for(self, program: Any, backend: str) -> Callable[..., Any]:
+        return self.runtime.runner_for(program, backend)
+
+    def decode_loop(self, path: Path, backend: str, max_cache_len: int) -> DecodeLoop:
+        return self.decode.decode_loop(str(path), backend, max_cache_len=max_cache_len)
+
+    def serve(self, model: Any, paths: Mapping[str, Path], inputs: Mapping[str, Any], new_tokens: int,
+              generation_config: Any = None, multi_token_decode: bool = False) -> Any:
+        components = self.utils.decompose_for_generation(model, dict(inputs), generation_config, multi_token_decode)
+        runners = {name: self.load(path) for name, path in paths.items()}
+        served = self.components.ExportedGenerate(model, components, runners)
+        return served.generate(dict(inputs), new_tokens, generation_config)
+
+    # -- API ---------------------------------------------------------------------------------------
+    def register_backend(self, name: str, exporter_cls: type, config_cls: type) -> None:
+        self.module.register_export_config(name)(config_cls)
+        self.module.register_exporter(name)(exporter_cls)
+
+    def unregister_backend(self, name: str) -> None:
+        for mapping in ("AUTO_EXPORTER_MAPPING", "AUTO_CONFIG_MAPPING"):
+            getattr(self.module, mapping).pop(name, None)

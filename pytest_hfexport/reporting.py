@@ -1,0 +1,114 @@
+"""Report rows from test outcomes (under xdist too), the terminal matrix and the baseline gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .fixtures import MEASUREMENTS
+from .selection import IDENTITY
+from .settings import settings_of
+
+RECORDER = pytest.StashKey[Any]()
+
+
+def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
+    """Put the row's facts on the report (a plain dict, so xdist carries it to the controller)."""
+    key = item.stash.get(IDENTITY, None)
+    if key is None:
+        return
+    summaries = [m.summary() for m in item.stash.get(MEASUREMENTS, [])]
+    failing = [s for s in summaries if s["stage"]]
+    stage = failing[-1]["stage"] if failing else None
+    message = failing[-1]["message"] if failing else ""
+    if call.excinfo is not None and not stage:
+        stage = getattr(call.excinfo.value, "stage", None)
+    report.hfexport = {"model": key[0], "backend": key[1], "check": key[2], "stage": stage, "message": message,
+                       "measurements": summaries if call.when == "call" else []}
+
+
+def start_recording(config: pytest.Config) -> None:
+    """On the controller (or a run without xdist): gather every row and write the report at the end."""
+    if hasattr(config, "workerinput"):
+        return
+    from . import report, versions
+
+    settings = settings_of(config)
+    config.stash[RECORDER] = report.Recorder(
+        settings.impl, versions.installed_versions(settings.pins),
+        {"backends": settings.backends, "device": settings.device, "pins": settings.pins})
+    config.pluginmanager.register(_Controller(config), "hfexport-controller")
+
+
+class _Controller:
+    """Registered on the controller only: gathers rows (xdist workers' included) and reports them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.config.stash[RECORDER].start()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.config.stash[RECORDER].add(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from . import report as report_mod
+
+        settings, recorder = settings_of(self.config), self.config.stash[RECORDER]
+        recorder.finish(self._declared_gaps(settings))
+        if settings.baseline:
+            recorder.compare_baseline(report_mod.load_baseline(settings.baseline))
+            if recorder.regressions and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if settings.report:
+            recorder.write(settings.report)
+
+    @staticmethod
+    def _declared_gaps(settings: Any) -> dict[str, str]:
+        """What the implementation under test declares it lacks (only when its adapter is already loaded)."""
+        import sys
+
+        if "pytest_hfexport.adapters" not in sys.modules:
+            return {}
+        from . import adapters
+
+        try:
+            return adapters.resolve(settings.impl).declared_gaps()
+        except Exception:  # the report must still be written; the failure shows in the tests
+            return {}
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from . import report as report_mod
+
+        settings, recorder = settings_of(self.config), self.config.stash[RECORDER]
+        tr = terminalreporter
+        if recorder.rows:
+            tr.write_sep("=", "hfexport matrix")
+            for line in recorder.matrix_lines(settings.backends):
+                tr.write_line(line)
+            for line in report_mod.count_table(recorder.merged().values()):
+                tr.write_line(line)
+            counts = ", ".join(f"{n} {s}" for s, n in recorder.counts().items() if n)
+            tr.write_line(f"rows: {counts}")
+            stages = recorder.by_stage()
+            if stages:
+                tr.write_line("failures by stage: " + ", ".join(f"{s}: {n}" for s, n in stages.items()))
+            for capability, reason in recorder.declared_gaps.items():
+                tr.write_line(f"declared gap of {settings.impl}: {capability}: {reason}")
+        if settings.baseline:
+            tr.write_sep("=", f"hfexport baseline {settings.baseline}")
+            for row, before in recorder.regressions:
+                status = row.status if row is not None else "not run"
+                key = "/".join(row.key) if row is not None else "/".join(
+                    str(before.get(k)) for k in ("model", "backend", "check"))
+                tr.write_line(f"REGRESSION {key}: {before.get('status')} -> {status}"
+                              + (f" [{row.stage}]" if row is not None and row.stage else "")
+                              + (f" {row.nodeid}" if row is not None else ""), red=True)
+            for row, before in recorder.improvements:
+                tr.write_line(f"improvement {'/'.join(row.key)}: {before.get('status')} -> {row.status}", green=True)
+            tr.write_line(f"{len(recorder.regressions)} regression(s), {len(recorder.improvements)} improvement(s)")
+        if settings.report:
+            tr.write_line(f"hfexport report: {settings.report}")
