@@ -1,7 +1,9 @@
-"""The suite's shared fixtures: each zoo entry is exported once per backend and reused by every check.
+"""The suite's shared fixtures: each zoo entry is exported once per backend and options, and reused by
+every check that judges that artifact.
 
-The suite talks to the API only through the plugin's implementation adapter
-(``hfexport_implementation``), so ``--hfexport-impl=transformers`` judges the peer.
+The suite talks to the implementation only through the plugin's adapter (the
+``hfexport_implementation`` fixture), and builds every reference from eager transformers
+with ``pytest_hfexport.reference``: it imports nothing from the implementation it judges.
 """
 
 from __future__ import annotations
@@ -9,39 +11,53 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from conformance.zoo import ZooEntry, select
 
 KNOWN_FAILURES = Path(__file__).parent / "known_failures"
+# Tokens every generation check runs for (the reference must also be non-degenerate: tests/test_zoo.py).
+NEW_TOKENS = 32
+# Slots of the static cache the decode loops run in: the longest prompt (9) plus NEW_TOKENS fit.
+MAX_CACHE_LEN = 64
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "hfexport_case(model, check): the zoo entry and check a test measures "
+    config.addinivalue_line("markers", "hfexport_case(model, check): the subject and check a test measures "
                                        "(the report's model/backend/check key)")
 
 
-def entry_params(check: str, names: tuple[str, ...] | None = None, case: str | None = None) -> list[Any]:
-    """pytest params over the zoo entries that opt into ``check`` (or the given names), tagged for the report
-    as ``case`` (default: the check's name). ``DEFAULT_TIER`` decides which cases carry ``hfexport_slow``."""
+def case(entry_or_name: Any, check: str, *, id: str | None = None, values: tuple = ()) -> Any:
+    """One pytest param keyed for the report as (subject, check)."""
+    name = getattr(entry_or_name, "name", entry_or_name)
+    return pytest.param(*(values or (entry_or_name,)), id=id or name,
+                        marks=[pytest.mark.hfexport_case(name, check)])
+
+
+def entry_params(check: str, key: str | None = None, names: tuple[str, ...] | None = None) -> list[Any]:
+    """pytest params over the zoo entries that opt into ``check`` (or the named ones), keyed ``key or check``."""
     entries = select(list(names)) if names else select(check=check)
-    return [pytest.param(entry, id=entry.name, marks=[pytest.mark.hfexport_case(entry.name, case or check)])
-            for entry in entries]
+    return [case(entry, key or check) for entry in entries]
 
 
 @dataclass
 class Exported:
+    """One export of a zoo entry through the implementation under test: programs, saved paths, runners."""
+
     entry: ZooEntry
     model: Any
-    sample: dict
-    program: Any = None
-    path: Path | None = None
-    runner: Any = None
+    inputs: dict
+    programs: dict = field(default_factory=dict)
+    paths: dict = field(default_factory=dict)
+    runners: dict = field(default_factory=dict)
     seconds: float = 0.0
     error: BaseException | None = None
-    extra: dict = field(default_factory=dict)
+
+    @property
+    def runner(self) -> Any:
+        return self.runners["model"]
 
 
 @pytest.fixture(scope="session")
@@ -49,36 +65,8 @@ def export_cache(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"dir": tmp_path_factory.mktemp("conformance")}
 
 
-@pytest.fixture
-def exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend: str):
-    """exported(entry) -> Exported: plain dynamic export, saved and loaded back, cached per session."""
-
-    def build(entry: ZooEntry, key: tuple) -> Exported:
-        model = entry.model()
-        result = Exported(entry, model, entry.sample_inputs(model))
-        try:
-            exporter = hfexport_implementation.exporter(hfexport_backend)
-            config = hfexport_implementation.config(hfexport_backend, dynamic=True)
-            start = time.perf_counter()
-            result.program = hfexport_implementation.export(exporter, model, result.sample, config)
-            result.seconds = time.perf_counter() - start
-            directory = export_cache["dir"] / f"{key[0]}-{key[1]}"
-            directory.mkdir(exist_ok=True)
-            result.path = hfexport_implementation.save(exporter, result.program, directory, entry.name)
-            result.runner = hfexport_implementation.load(result.path)
-        except BaseException as exc:
-            result.error = exc
-        return result
-
-    def get(entry: ZooEntry) -> Exported:
-        key = (hfexport_implementation.name, hfexport_backend, entry.name)
-        return _cached(export_cache, key, lambda: build(entry, key))
-
-    return get
-
-
-def _cached(cache: dict, key: tuple, build: Any) -> Any:
-    """Build once per session; a failure is cached too, so the next check of that entry fails the same way, fast."""
+def _cached(cache: dict, key: tuple, build: Callable[[], Exported]) -> Exported:
+    """Build once per session; a failure is kept too, so every check of that artifact fails the same way, fast."""
     if key not in cache:
         cache[key] = build()
     result = cache[key]
@@ -87,73 +75,68 @@ def _cached(cache: dict, key: tuple, build: Any) -> Any:
     return result
 
 
-@dataclass
-class GenerationExported:
-    """One ``export_for_generation`` of a zoo entry: programs, loaded runners, and the eager references."""
-
-    entry: ZooEntry
-    model: Any
-    inputs: dict
-    components: dict = field(default_factory=dict)  # decompose_for_generation on the sample: eager references
-    programs: dict = field(default_factory=dict)
-    runners: dict = field(default_factory=dict)
-    paths: dict = field(default_factory=dict)
-    seconds: float = 0.0
-    error: BaseException | None = None
-
-
 @pytest.fixture
-def generation_exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend: str):
-    """generation_exported(entry, **options) -> GenerationExported, cached per session and options
-    (``multi_token_decode``, ``generation_config``)."""
+def exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend: str) -> Callable[..., Exported]:
+    """``exported(entry)``: the plain dynamic export; ``exported(entry, generation=True, **options)``: every
+    ``export_for_generation`` component. Saved, loaded back, cached per session."""
+    adapter = hfexport_implementation
 
-    def build(entry: ZooEntry, key: tuple, options: dict[str, Any]) -> GenerationExported:
+    def build(entry: ZooEntry, directory: Path, generation: bool, options: dict[str, Any]) -> Exported:
         model = entry.model()
-        result = GenerationExported(entry, model, entry.sample_inputs(model))
+        result = Exported(entry, model, entry.sample_inputs(model))
         try:
-            exporter = hfexport_implementation.exporter(hfexport_backend)
-            config = hfexport_implementation.config(hfexport_backend, dynamic=True)
+            adapter.require("export", hfexport_backend)
+            if generation:
+                adapter.require("export_for_generation", hfexport_backend)
+            exporter = adapter.exporter(hfexport_backend)
+            config = adapter.config(hfexport_backend, dynamic=True)
             start = time.perf_counter()
-            result.programs = hfexport_implementation.export_for_generation(
-                exporter, model, result.inputs, config, **options)
+            if generation:
+                result.programs = adapter.export_for_generation(exporter, model, result.inputs, config, **options)
+            else:
+                result.programs = {"model": adapter.export(exporter, model, result.inputs, config)}
             result.seconds = time.perf_counter() - start
-            directory = export_cache["dir"] / f"gen-{len(export_cache)}-{key[1]}-{key[2]}-{entry.name}"
-            directory.mkdir()
+            directory.mkdir(parents=True)
             for name, program in result.programs.items():
-                result.paths[name] = hfexport_implementation.save(exporter, program, directory, name)
-                result.runners[name] = hfexport_implementation.load(result.paths[name])
-            decompose_options = {k: v for k, v in options.items() if k in ("multi_token_decode", "generation_config")}
-            result.components = hfexport_implementation.decompose_for_generation(
-                model, result.inputs, **decompose_options)
-        except BaseException as exc:
+                result.paths[name] = adapter.save(exporter, program, directory, name)
+                result.runners[name] = adapter.load(result.paths[name])
+        except BaseException as exc:  # kept and re-raised to every check of this artifact
             result.error = exc
         return result
 
-    def get(entry: ZooEntry, **options: Any) -> GenerationExported:
-        key = ("generation", hfexport_implementation.name, hfexport_backend, entry.name, repr(sorted(
-            (k, v.to_dict() if hasattr(v, "to_dict") else v) for k, v in options.items())))
-        return _cached(export_cache, key, lambda: build(entry, key, options))
+    def get(entry: ZooEntry, generation: bool = False, **options: Any) -> Exported:
+        described = sorted((k, v.to_dict() if hasattr(v, "to_dict") else v) for k, v in options.items())
+        key = (adapter.name, hfexport_backend, entry.name, generation, repr(described))
+        directory = export_cache["dir"] / f"{len(export_cache)}-{hfexport_backend}-{entry.name}"
+        return _cached(export_cache, key, lambda: build(entry, directory, generation, options))
 
     return get
 
 
-# The default tier's coverage, in one table. ExecuTorch lowering costs 30-60 s per graph on 2 cores
-# (to_edge_transform_and_lower + XNNPACK), so on ExecuTorch the default tier keeps a few entries and
-# everything else carries ``hfexport_slow`` (run them with -m "" or -m hfexport_slow). Multi-token decode
-# and the static cache export one more program per entry: a representative set stays in the default tier
-# on dynamo and onnx. (check, backend) -> entries kept in the default tier; an absent key keeps every entry.
+def static_options() -> dict[str, Any]:
+    import transformers
+
+    return {"multi_token_decode": True,
+            "generation_config": transformers.GenerationConfig(cache_implementation="static",
+                                                               max_cache_len=MAX_CACHE_LEN)}
+
+
+# -- tiers and known failures -------------------------------------------------------------------------------
+
+# The default tier's coverage, in one table: (check, backend) -> entries kept in the default tier; an absent
+# key keeps every entry, the rest carry ``hfexport_slow`` (run them with -m "" or -m hfexport_slow).
+# ExecuTorch lowering costs 15-40 s per graph on 2 cores, so the default tier keeps a representative few there.
+_ET_DEFAULT = {"llama", "bert", "vit"}
 DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
-    ("export", "executorch"): {"llama", "bert", "vit"},
-    ("shapes", "executorch"): {"llama", "vit"},
-    ("generation", "executorch"): {"llama"},
-    ("generation_tokens", "executorch"): {"llama"},
-    ("hygiene", "executorch"): {"qwen2_vl"},  # a failing export: nothing may be left patched
-    ("multi_token_decode", "executorch"): set(),
-    ("static_cache", "executorch"): set(),
-    ("static_cache_in_place", "executorch"): set(),
-    **{("multi_token_decode", backend): {"llama", "gemma3", "qwen3_moe"} for backend in ("dynamo", "onnx")},
-    **{(check, backend): {"llama", "qwen3_moe", "gpt2"} for check in ("static_cache", "static_cache_in_place")
-       for backend in ("dynamo", "onnx")},
+    **{(check, "executorch"): _ET_DEFAULT for check in ("export", "export_batch", "shapes")},
+    **{(check, "executorch"): {"llama"} for check in ("generation", "generation_batch", "generation_tokens",
+                                                      "static_cache", "static_cache_batch", "static_cache_in_place")},
+    **{(check, "executorch"): set() for check in ("multi_token_decode", "multi_token_decode_batch")},
+    ("hygiene", "executorch"): {"llama", "qwen2_vl"},
+    **{(check, backend): {"llama", "gemma3", "qwen3_moe", "t5", "mamba"} for backend in ("dynamo", "onnx")
+       for check in ("multi_token_decode", "multi_token_decode_batch")},
+    **{(check, backend): {"llama", "qwen2", "gemma3", "qwen3_moe", "gpt2"} for backend in ("dynamo", "onnx")
+       for check in ("static_cache", "static_cache_batch", "static_cache_in_place")},
 }
 
 
@@ -164,7 +147,7 @@ def known_failures_file(impl: str) -> Path:
 def _use_known_failures(config: pytest.Config) -> None:
     """The implementation's known-failures file applies unless --hfexport-xfails names another."""
     from pytest_hfexport import xfails
-    from pytest_hfexport.plugin import SETTINGS
+    from pytest_hfexport.settings import SETTINGS
 
     settings = config.stash.get(SETTINGS, None)
     if settings is None or settings.xfails_path:

@@ -1,9 +1,9 @@
-"""The main job: export every zoo model with every available backend and print the matrix.
+"""The quick export-only table: every zoo model on every available backend, seconds and max error.
 
-For each model x backend: export with dynamic=True, save the artifact, load it
-back through hfexport.runtime, run it at the sample shape and at another batch
-and sequence length, and compare every output with eager PyTorch. Exit status 1
-when a row fails its backend's tolerance.
+For each model x backend: export with dynamic=True through the implementation's
+adapter, save the artifact, load it back, run it at the sample shape and at a
+left-padded batch of another length, and compare every output with eager PyTorch
+(``pytest_hfexport.compare``). Exit status 1 when a row fails its backend's tolerance.
 
     python -m conformance.matrix [--models llama,bert] [--backends dynamo,onnx] [--json out.json]
 """
@@ -23,10 +23,9 @@ from typing import Any
 
 import torch
 
-from hfexport.outputs import flatten_named
-
-# Max abs error each backend must meet against eager (issue 2/3 acceptance bars).
-TOLERANCE = {"dynamo": 1e-5, "onnx": 1e-4, "executorch": 1e-3}
+from pytest_hfexport.backends import available as available_backends
+from pytest_hfexport.compare import compare
+from pytest_hfexport.naming import flat_named
 
 
 @dataclass
@@ -42,32 +41,6 @@ class Row:
     message: str = ""
 
 
-def max_abs_error(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> tuple[float, str]:
-    missing = [k for k in ref if k not in got]
-    if missing:
-        raise AssertionError(f"outputs missing from the exported program: {missing[:5]} (it returned {list(got)[:8]})")
-    worst, worst_name = 0.0, ""
-    for name, r in ref.items():
-        g = got[name]
-        if tuple(r.shape) != tuple(g.shape):
-            raise AssertionError(f"output {name}: shape {tuple(g.shape)} != eager {tuple(r.shape)}")
-        err = (r.double() - g.double()).abs().max().item() if r.numel() else 0.0
-        if err > worst or not worst_name:
-            worst, worst_name = err, name
-    return worst, worst_name
-
-
-def available_backends() -> list[str]:
-    from hfexport.environment import is_importable
-
-    out = ["dynamo"]
-    if all(is_importable(p) for p in ("onnx", "onnxscript", "onnxruntime")):
-        out.append("onnx")
-    if is_importable("executorch"):
-        out.append("executorch")
-    return out
-
-
 def describe(inputs: dict[str, Any]) -> str:
     """'batch x sequence' of the main input ('batch x HxW' for images)."""
     for key in ("input_ids", "input_features", "pixel_values"):
@@ -80,42 +53,41 @@ def describe(inputs: dict[str, Any]) -> str:
     return "x".join(str(d) for d in t.shape[:2])
 
 
-def measure(entry: Any, backend: str, workdir: Path) -> Row:
-    from hfexport import AutoExportConfig, AutoHfExporter, runtime
+def measure(entry: Any, backend: str, workdir: Path, impl: str = "hfexport") -> Row:
+    """Export ``entry`` through the implementation's adapter, run the saved artifact at the sample and at a
+    padded batch of another length, and judge it with the suite's one comparison."""
+    from pytest_hfexport.adapters import resolve
 
+    adapter = resolve(impl)
     row = Row(entry.name, backend)
     try:
         model = entry.model()
-        sample = entry.sample_inputs(model)
-        other = entry.other_inputs(model)
+        sets = entry.input_sets(model, ("sample", "batch"))
         row.stage = "export"
-        config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-        exporter = AutoHfExporter.from_config(config)
+        exporter = adapter.exporter(backend)
         start = time.perf_counter()
-        program = exporter.export(model, sample, config=config)
+        program = adapter.export(exporter, model, sets["sample"], adapter.config(backend, dynamic=True))
         row.export_s = time.perf_counter() - start
         row.stage = "save"
-        path = workdir / f"{entry.name}{exporter.file_suffix}"
-        exporter.save(program, str(path))
+        path = adapter.save(exporter, program, workdir, entry.name)
         row.stage = "load"
-        run = runtime.load(path)
-        tol = TOLERANCE[backend]
-        for which, inputs in (("sample", sample), ("other", other)):
+        run = adapter.load(path)
+        for which, inputs in zip(("sample", "other"), sets.values()):
             row.stage = "run"
             with torch.no_grad():
-                ref = flatten_named(model(**inputs))
-            got = run(inputs)
+                expected = flat_named(model(**inputs))
+                got = flat_named(run(**inputs))
             row.stage = "compare"
-            err, name = max_abs_error(ref, got)
-            setattr(row, f"err_{which}", err)
+            result = compare(expected, got, backend, label=which)
+            setattr(row, f"err_{which}", result.max_abs)
             row.shapes.append(describe(inputs))
-            if err > tol:
-                row.status, row.message = "fail", f"{which}: {name} off by {err:.2e} > {tol:.0e}"
+            if not result.ok:
+                row.status, row.message = "fail", f"{which}: " + "; ".join(result.failures())[:200]
         if row.status == "pass":
             row.stage = ""
     except Exception as exc:  # a row records the failure; the matrix goes on
         row.status = "error"
-        row.message = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        row.message = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
         logging.getLogger(__name__).debug("%s/%s failed:\n%s", entry.name, backend, traceback.format_exc())
     return row
 
@@ -161,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help="comma list of zoo entries (default: all)")
     parser.add_argument("--backends", help="comma list (default: every installed backend)")
     parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--impl", default="hfexport", help="implementation under test (as --hfexport-impl)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     backends = args.backends.split(",") if args.backends else available_backends()
@@ -169,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for entry in entries:
             for backend in backends:
-                row = measure(entry, backend, Path(tmp))
+                row = measure(entry, backend, Path(tmp), args.impl)
                 print(f"  {row.model}/{row.backend}: {row.status} ({row.export_s:.1f}s) {row.message}", file=sys.stderr, flush=True)
                 rows.append(row)
     apply_known_failures(rows)

@@ -1,45 +1,60 @@
-"""export_for_generation, judged twice on every backend:
+"""export_for_generation, judged against eager transformers on every backend:
 
-1. every exported component, saved and loaded back, matches its eager submodule on the kwargs
-   that ``decompose_for_generation`` captured from a real generate() run (batch-1 sample: the
-   dynamic component must also serve that);
-2. the model's own ``generate()``, with each component's forward served by its artifact, gives
-   the same 16 greedy tokens as eager ``generate()`` (hfexport.runtime.components).
+* ``generation``: the split is the one the API promises, and every component, saved and loaded back,
+  matches its eager submodule on the calls a real generate() makes at the sample prompt, at another
+  prompt length and at a one-token prompt (not only on the calls it was traced on);
+* ``generation_batch``: the same at batch 2 with left padding, and 32 greedy tokens per row;
+* ``generation_tokens``: the model's own generate() with every component served by its artifact gives
+  eager generate()'s 32 greedy tokens (and so does the implementation's own serving, where it has one).
 """
-
-import copy
 
 import pytest
 
-from conformance.checks import assert_matches, eager_named
-from conformance.conftest import entry_params
-from hfexport.dynamo import tensor_inputs
-from hfexport.runtime.components import ExportedGenerate, eager_greedy_tokens
+from conformance.conftest import NEW_TOKENS, entry_params
+from conformance.judge import assert_matches
+from pytest_hfexport.reference import (capture_generation, component_modules, eager_tokens, expected_components,
+                                      generation_config)
+from pytest_hfexport.serving import served_tokens
 
-NEW_TOKENS = 16
+
+def check_components(result, kinds, backend):
+    model, modules = result.model, component_modules(result.model)
+    for kind, inputs in result.entry.input_sets(model, kinds).items():
+        capture = capture_generation(model, inputs, 2)
+        expected = expected_components(model, capture)
+        assert set(result.programs) == expected, (
+            f"export_for_generation returned {sorted(result.programs)}; for {type(model).__name__} the split is "
+            f"{sorted(expected)}")
+        for name in sorted(result.programs):
+            assert_matches(modules[name], capture.call(name), result.runners[name], backend,
+                           f"component {name!r} on the {kind} prompt")
+
+
+def assert_tokens(got, expected, what):
+    assert got.tolist() == expected.tolist(), f"{what}: {got.tolist()}\neager generate(): {expected.tolist()}"
 
 
 @pytest.mark.parametrize("entry", entry_params("generation"))
-def test_components_match_eager_submodules(entry, generation_exported, hfexport_backend):
-    result = generation_exported(entry)
-    assert sorted(result.programs) == sorted(result.components), "export_for_generation and " \
-        "decompose_for_generation disagree on the components"
-    for name, (module, kwargs) in result.components.items():
-        graph_inputs = tensor_inputs(kwargs)  # flags were baked in
-        got = result.runners[name](copy.deepcopy(graph_inputs))
-        assert_matches(eager_named(module, kwargs), got, hfexport_backend, name)
+def test_components_match_eager_submodules(entry, exported, hfexport_backend):
+    check_components(exported(entry, generation=True), ("sample", "other", "one"), hfexport_backend)
 
 
-@pytest.mark.parametrize("entry", entry_params("generation", case="generation_tokens"))
-def test_exported_components_generate_eager_tokens(entry, generation_exported):
-    result = generation_exported(entry)
-    foreign = [name for name, (module, _) in result.components.items()
-               if not any(module is m for m in result.model.modules())]
-    if foreign:
-        from pytest_hfexport import Unsupported
+@pytest.mark.parametrize("entry", entry_params("generation", key="generation_batch"))
+def test_components_serve_a_padded_batch(entry, exported, hfexport_backend):
+    result = exported(entry, generation=True)
+    check_components(result, ("batch",), hfexport_backend)
+    inputs = entry.input_sets(result.model, ("batch",))["batch"]
+    assert_tokens(served_tokens(result.model, result.runners, inputs, NEW_TOKENS),
+                  eager_tokens(result.model, inputs, NEW_TOKENS), "served components, padded batch")
 
-        raise Unsupported(f"components {foreign} are not submodules that generate() calls (wrappers?), so their "
-                          "artifacts cannot be served inside the model's own generate()")
-    got = ExportedGenerate(result.model, result.components, result.runners).generate(result.inputs, NEW_TOKENS)
-    expected = eager_greedy_tokens(result.model, result.inputs, NEW_TOKENS)
-    assert got.tolist() == expected.tolist(), f"exported components: {got.tolist()}\neager generate: {expected.tolist()}"
+
+@pytest.mark.parametrize("entry", entry_params("generation", key="generation_tokens"))
+def test_served_components_generate_eager_tokens(entry, exported, hfexport_implementation, hfexport_backend):
+    result = exported(entry, generation=True)
+    expected = eager_tokens(result.model, result.inputs, NEW_TOKENS)
+    assert_tokens(served_tokens(result.model, result.runners, result.inputs, NEW_TOKENS), expected,
+                  "generate() with every component served by its artifact")
+    if hfexport_implementation.declared_gap("serve", hfexport_backend) is None:
+        config = generation_config(result.model, NEW_TOKENS)
+        got = hfexport_implementation.serve(result.model, result.paths, result.inputs, NEW_TOKENS, config)
+        assert_tokens(got, expected, f"{hfexport_implementation.name}'s own serving of the components")

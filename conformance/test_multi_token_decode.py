@@ -1,31 +1,33 @@
-"""Multi-token decode: export_for_generation(multi_token_decode=True) yields one decode graph whose
-query axis stays symbolic; it must match eager with 1 query token (plain decoding) and with 3
-(a block of accepted speculative tokens) on top of the same cache."""
-
-import copy
+"""Multi-token decode: export_for_generation(multi_token_decode=True) yields one decode graph whose query
+axis stays symbolic. It must match eager with 1 query token (plain decoding) and with 3 (a block of accepted
+speculative tokens) on the prompt's cache, at the sample prompt and at another prompt length
+(``multi_token_decode``), and at batch 2 with left padding (``multi_token_decode_batch``). The 3-token
+reference is one eager call, checked first against eager's own three single steps."""
 
 import pytest
-import torch
 
-from conformance.checks import assert_matches, eager_named
 from conformance.conftest import entry_params
-from hfexport.dynamo import tensor_inputs
-from hfexport.generation import _clean, capture_generation_calls, merge_decode_calls
+from conformance.judge import assert_matches
+from pytest_hfexport.reference import decode_block
 
 
-def decode_call(model, inputs, tokens: int) -> dict:
-    """Eager kwargs of one decode call that feeds ``tokens`` query tokens on the prompt's cache."""
-    calls = capture_generation_calls(model, inputs, new_tokens=tokens + 1)
-    steps = calls["model"][1:1 + tokens]
-    mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
-    return _clean(steps[0] if tokens == 1 else merge_decode_calls(steps, mask))
+def check_decode(result, kinds, tokens, backend):
+    for kind, inputs in result.entry.input_sets(result.model, kinds).items():
+        call = decode_block(result.model, inputs, tokens)
+        assert_matches(result.model, call, result.runners["decode"], backend,
+                       f"decode of {tokens} query token(s) after the {kind} prompt")
 
 
 @pytest.mark.parametrize("tokens", [1, 3])
 @pytest.mark.parametrize("entry", entry_params("multi_token_decode"))
-def test_one_decode_graph_serves_k_query_tokens(entry, tokens, generation_exported, hfexport_backend):
-    result = generation_exported(entry, multi_token_decode=True)
-    kwargs = decode_call(result.model, result.inputs, tokens)
-    graph_inputs = tensor_inputs(kwargs)
-    got = result.runners["decode"](copy.deepcopy(graph_inputs))
-    assert_matches(eager_named(result.model, kwargs), got, hfexport_backend, f"decode with {tokens} query token(s)")
+def test_one_decode_graph_serves_k_query_tokens(entry, tokens, exported, hfexport_implementation, hfexport_backend):
+    hfexport_implementation.require("multi_token_decode", hfexport_backend)
+    check_decode(exported(entry, generation=True, multi_token_decode=True), ("sample", "other"), tokens,
+                 hfexport_backend)
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("entry", entry_params("multi_token_decode", key="multi_token_decode_batch"))
+def test_decode_graph_serves_a_padded_batch(entry, tokens, exported, hfexport_implementation, hfexport_backend):
+    hfexport_implementation.require("multi_token_decode", hfexport_backend)
+    check_decode(exported(entry, generation=True, multi_token_decode=True), ("batch",), tokens, hfexport_backend)

@@ -1,66 +1,55 @@
-"""Static KV cache with multi-token decode: one decode graph serves the prompt (empty cache) and every
-new token; a full prefill + greedy decode loop from the saved artifact equals eager generate(), and
-the cache the loop passes in is the one updated, in place, where the backend promises that."""
+"""Static KV cache with multi-token decode: one decode graph over a fixed-length cache serves the prompt
+(empty cache), single tokens and blocks of 3, teacher-forced on eager generate()'s 32 greedy tokens.
 
-from pathlib import Path
+* ``static_cache``: the guide's loop, written here against the backend's own runtime (exactly the guide's
+  inputs: input_ids, a bool mask over the cache slots, position_ids, the cache rebuilt from the artifact);
+  after every call the logits, the greedy token and the caller's cache equal eager's, and the runtime wrote
+  the cache in place where the guide says it does (Dynamo, ONNX Runtime);
+* ``static_cache_batch``: the same at batch 2 with left padding;
+* ``static_cache_in_place``: the implementation's own decode loop over the same artifact: same tokens and
+  cache, and every step's cache written by the runtime into the caller's memory (addresses read from the
+  runtime's own output objects; a loop that copies results back fails).
+"""
 
 import pytest
-import torch
-import transformers
 
-from conformance.conftest import entry_params
-from hfexport.runtime import RUNNERS_BY_SUFFIX
-
-MAX_CACHE_LEN = 32
-NEW_TOKENS = 16
+from conformance.conftest import MAX_CACHE_LEN, NEW_TOKENS, entry_params, static_options
+from pytest_hfexport.decoding import drive, schedule, static_reference
+from pytest_hfexport.guide import open_guide
 
 
-def static_options() -> dict:
-    return {"multi_token_decode": True,
-            "generation_config": transformers.GenerationConfig(cache_implementation="static",
-                                                               max_cache_len=MAX_CACHE_LEN)}
+def static_export(exported, adapter, backend, entry):
+    adapter.require("static_cache", backend)
+    return exported(entry, generation=True, **static_options())
 
 
-@pytest.fixture
-def static_loop(generation_exported, hfexport_backend):
-    def build(entry):
-        from hfexport.runtime.decode import decode_loop
-
-        result = generation_exported(entry, **static_options())
-        if Path(str(result.paths["decode"])).suffix not in RUNNERS_BY_SUFFIX:
-            from pytest_hfexport import Unsupported
-
-            raise Unsupported(f"hfexport.runtime's decode loops read {sorted(RUNNERS_BY_SUFFIX)} artifacts; this "
-                              f"implementation saved {result.paths['decode']}")
-        return result, decode_loop(str(result.paths["decode"]), hfexport_backend, max_cache_len=MAX_CACHE_LEN)
-
-    return build
+def run_guide(result, adapter, backend, kind):
+    inputs = result.entry.input_sets(result.model, (kind,))[kind]
+    ref = static_reference(result.model, inputs, NEW_TOKENS, MAX_CACHE_LEN)
+    session = open_guide(adapter.raw_artifact(result.paths["decode"]), backend, MAX_CACHE_LEN,
+                         batch=inputs["input_ids"].shape[0])
+    drive(session, ref, backend, schedule(NEW_TOKENS), label=f"{kind} prompt, ")
 
 
 @pytest.mark.parametrize("entry", entry_params("static_cache"))
-def test_decode_loop_matches_eager_generate(entry, static_loop):
-    result, loop = static_loop(entry)
-    prompt = result.inputs["input_ids"][:1]
-    got = loop.generate(prompt, NEW_TOKENS)
-    config = transformers.GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                           cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
-    with torch.no_grad():
-        expected = result.model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
-                                          generation_config=config)
-    assert got.tokens == expected[0, prompt.shape[1]:].tolist()
+def test_guide_loop_matches_eager_generate(entry, exported, hfexport_implementation, hfexport_backend):
+    result = static_export(exported, hfexport_implementation, hfexport_backend, entry)
+    run_guide(result, hfexport_implementation, hfexport_backend, "sample")
 
 
-@pytest.mark.parametrize("entry", entry_params("static_cache", case="static_cache_in_place"))
-def test_cache_is_updated_in_place(entry, static_loop, hfexport_backend):
-    from pytest_hfexport import Unsupported
+@pytest.mark.parametrize("entry", entry_params("static_cache", key="static_cache_batch"))
+def test_guide_loop_serves_a_padded_batch(entry, exported, hfexport_implementation, hfexport_backend):
+    result = static_export(exported, hfexport_implementation, hfexport_backend, entry)
+    run_guide(result, hfexport_implementation, hfexport_backend, "batch")
 
-    result, loop = static_loop(entry)
-    storage = loop.cache_storage()
-    if not storage:
-        raise Unsupported(f"the {hfexport_backend} loop reads the updated cache back from the outputs (the ExecuTorch "
-                          "Python runtime does not write a mutated user input into the caller's tensor)")
-    pointers = [t.data_ptr() for t in storage]
-    loop.generate(result.inputs["input_ids"][:1], 4)
-    after = loop.cache_storage()
-    assert [t.data_ptr() for t in after] == pointers, "the loop's cache tensors were replaced, not updated"
-    assert any(bool(t.abs().sum() > 0) for t in after), "the cache passed in was not written"
+
+@pytest.mark.parametrize("entry", entry_params("static_cache", key="static_cache_in_place"))
+def test_implementation_loop_updates_the_cache_in_place(entry, exported, hfexport_implementation, hfexport_backend):
+    adapter = hfexport_implementation
+    result = static_export(exported, adapter, hfexport_backend, entry)
+    adapter.require("decode_loop", hfexport_backend)
+    adapter.require("decode_loop_in_place", hfexport_backend)
+    loop = adapter.decode_loop(result.paths["decode"], hfexport_backend, MAX_CACHE_LEN)
+    loop.reset()
+    ref = static_reference(result.model, result.inputs, NEW_TOKENS, MAX_CACHE_LEN)
+    drive(loop, ref, hfexport_backend, schedule(NEW_TOKENS), label=f"{adapter.name}'s loop, ")

@@ -17,6 +17,8 @@ from .registry import ZooEntry, register
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
             max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 GEN = ("export", "shapes", "generation", "multi_token_decode", "static_cache")
+# Encoder-decoders: the guide's static-cache loop is a decoder-only loop (no encoder outputs in it).
+SEQ2SEQ = ("export", "shapes", "generation", "multi_token_decode")
 
 
 def _decoder(name: str, model_cls: Any, config_cls: Any, family: str = "decoder", checks=GEN, **overrides: Any) -> None:
@@ -54,7 +56,7 @@ def _mamba() -> Any:
 
 
 register(ZooEntry("mamba", "ssm", _mamba, lambda m, b, s: text_inputs(m, b, s, mask=False),
-                  checks=("export", "shapes", "generation")))
+                  checks=("export", "shapes", "generation", "multi_token_decode")))
 
 
 def _bert() -> Any:
@@ -80,7 +82,8 @@ def _vit() -> Any:
                                     image_size=32, patch_size=8, num_channels=3))
 
 
-register(ZooEntry("vit", "encoder-vision", _vit, image_inputs, sample=(1, 0), other=(3, 0)))
+register(ZooEntry("vit", "encoder-vision", _vit, image_inputs, checks=("export",), sample=(1, 0), batch=3, seq=False,
+                  one_token=False))
 
 
 def _t5() -> Any:
@@ -89,7 +92,7 @@ def _t5() -> Any:
                                                      relative_attention_num_buckets=8))
 
 
-register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=("export", "shapes", "generation")))
+register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ))
 
 
 def _bart() -> Any:
@@ -99,7 +102,7 @@ def _bart() -> Any:
                                                          max_position_embeddings=128))
 
 
-register(ZooEntry("bart", "encoder-decoder", _bart, seq2seq_inputs, checks=("export", "shapes", "generation")))
+register(ZooEntry("bart", "encoder-decoder", _bart, seq2seq_inputs, checks=SEQ2SEQ))
 
 
 def _whisper() -> Any:
@@ -110,7 +113,7 @@ def _whisper() -> Any:
         suppress_tokens=None, begin_suppress_tokens=None))
 
 
-register(ZooEntry("whisper", "speech", _whisper, speech_inputs, checks=("export", "shapes", "generation")))
+register(ZooEntry("whisper", "speech", _whisper, speech_inputs, checks=SEQ2SEQ))
 
 
 # -- vision-language ---------------------------------------------------------------------
@@ -137,7 +140,7 @@ def _llava_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
 
 
 register(ZooEntry("llava", "vlm", _llava, _llava_inputs, checks=("export", "shapes", "generation"), sample=(1, 4),
-                  other=(2, 6)))
+                  other_seq=6, one_token=False))
 
 QWEN2VL_TOKENS = dict(image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123)
 
@@ -165,4 +168,4 @@ def _qwen2_vl_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
 
 
 register(ZooEntry("qwen2_vl", "vlm", _qwen2_vl, _qwen2_vl_inputs, checks=("export", "generation"), sample=(1, 4),
-                  other=(2, 6), notes="image_grid_thw drives Python loops: the plain export is shape-specialised"))
+                  other_seq=6, one_token=False))

@@ -1,0 +1,21 @@
+"""The suite's one way to judge an artifact's outputs: eager reference vs artifact, by flat name."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pytest_hfexport.compare import compare
+from pytest_hfexport.naming import flat_named
+from pytest_hfexport.reference import graph_kwargs, reference_call
+
+
+def assert_matches(module: Any, call: Mapping[str, Any], runner: Any, backend: str, label: str) -> float:
+    """Run the artifact on the tensor arguments of ``call`` and compare with ``module`` run eagerly on all of
+    them; returns the largest absolute error."""
+    import copy
+
+    expected = reference_call(module, call)
+    got = flat_named(runner(**copy.deepcopy(graph_kwargs(call))))
+    result = compare(expected, got, backend, label=label)
+    assert result.ok, result.message()
+    return result.max_abs
