@@ -30,7 +30,7 @@ def test_dynamic_export_matches_eager_at_sample_and_other_shapes(exported, name)
     entry, model, program = exported(name)
     assert isinstance(program, torch.export.ExportedProgram)
     module = program.module()
-    for inputs in (entry.sample_inputs(model), entry.other_inputs(model)):
+    for inputs in (entry.sample_inputs(model), entry.input_sets(model, ("batch",))["batch"]):
         assert max_error(eager(model, inputs), module(**inputs)) <= ATOL
 
 
@@ -47,7 +47,7 @@ def test_static_export_pins_the_sample_shape():
     program = DynamoExporter().export(model, entry.sample_inputs(model), DynamoConfig())
     assert not program.range_constraints  # nothing symbolic
     with pytest.raises(Exception):
-        program.module()(**entry.other_inputs(model))
+        program.module()(**entry.input_sets(model, ("batch",))["batch"])
 
 
 def test_explicit_dynamic_shapes_pass_through_unchanged():

@@ -123,7 +123,7 @@ def test_zoo_model_matches_eager_at_several_shapes(name, shared_dir):
     run = runtime.load(path)
     assert isinstance(run, ExecutorchRunner)
     b, s = entry.sample
-    shapes = [entry.sample, entry.other, (3, s + 3)]  # a batch-1 sample must serve batch 1, 2 and 3
+    shapes = [entry.sample, (entry.batch, entry.other_seq if entry.seq else s), (3, s + 3)]  # batch 1, 2 and 3
     for batch, seq in shapes:
         inputs = entry.sample_inputs(model, batch, seq)
         ref = _ref(model, inputs)

@@ -64,7 +64,7 @@ def test_saved_model_matches_eager_at_sample_and_other_shapes(exported, name):
     assert isinstance(program, torch.onnx.ONNXProgram)
     run = runtime.load(path)
     assert isinstance(run, OrtRunner)
-    sample, other = entry.sample_inputs(model), entry.other_inputs(model)
+    sample, other = entry.sample_inputs(model), entry.input_sets(model, ("batch",))["batch"]
     # Inputs named as flatten_named names the sample, outputs as it names the eager output.
     assert run.input_names == list(flatten_named(split_inputs(sample)[0]))
     for inputs in (sample, other):
@@ -104,7 +104,7 @@ def test_output_path_writes_model_and_side_file_atomically(tmp_path):
                                      OnnxConfig(dynamic=True, output_path=str(path)))
     assert sorted(p.name for p in path.parent.iterdir()) == ["vit.onnx", "vit.onnx_data"]
     run = runtime.load(path)
-    inputs = entry.other_inputs(model)
+    inputs = entry.input_sets(model, ("batch",))["batch"]
     assert _max_error(flatten_named(eager(model, inputs)), run(inputs)) <= ATOL
     assert _max_error(flatten_named(eager(model, inputs)), OrtRunner(program)(inputs)) <= ATOL
 

@@ -218,6 +218,7 @@ class ExecutorchDecodeLoop(DecodeLoop):
         out = self.runner.output_names
         self._logits_index = out.index("logits") if "logits" in out else len(self.runner.io.get("mutated_inputs", []))
         self._returned = {name: out.index(name) for name in self.cache_names if name in out}
+        self._writes: dict[str, int] = {}
 
     def reset(self) -> None:
         if not self.runner.io.get("alloc", {}).get("graph_input", True):
@@ -235,11 +236,20 @@ class ExecutorchDecodeLoop(DecodeLoop):
         # Only a program-owned cache is written in place; a user-input cache comes back as outputs.
         return [self.runner.attribute(name) for name in self.owned]
 
+    def cache_tensors(self) -> dict[str, torch.Tensor]:
+        return {**self.cache, **{name: self.runner.attribute(name) for name in self.owned}}
+
+    def runtime_writes(self) -> dict[str, int]:
+        return dict(self._writes)
+
     def step(self, input_ids, attention_mask, position_ids):
         feed = {"input_ids": input_ids, "position_ids": position_ids, **self.cache}
         if self._takes_mask:
             feed["attention_mask"] = attention_mask
         outputs = self.runner.run_positional([feed[n] for n in self.runner.positional_names])
+        # Where the runtime wrote each cache tensor: the program's own buffer, or a new output it handed back.
+        self._writes = {name: self.runner.attribute(name).data_ptr() for name in self.owned}
         for name, index in self._returned.items():
             self.cache[name] = outputs[index]
+            self._writes[name] = outputs[index].data_ptr()
         return outputs[self._logits_index]

@@ -84,6 +84,8 @@ class OrtRunner(Runner):
         self._graph_inputs = {_strip(i.name, INPUT_PREFIX): i for i in self.session.get_inputs()}
         self._optional = {_strip(i.name, INPUT_PREFIX): i for i in overridable}
         self._graph_outputs = {_strip(o.name, OUTPUT_PREFIX): o for o in self.session.get_outputs()}
+        # name -> address ORT wrote each shared (cache) output to in the last run_with_shared_buffers.
+        self.last_shared_writes: dict[str, int] = {}
 
     # -- names and shapes -------------------------------------------------------------------------------
     @property
@@ -179,7 +181,8 @@ class OrtRunner(Runner):
 
             raise HfExportError(f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}",
                                 stage="run") from exc
-        results = binding.get_outputs()
+        results = binding.get_outputs()  # in binding order: the plain outputs, then the shared ones
+        self.last_shared_writes = {name: results[len(plain) + i].data_ptr() for i, name in enumerate(buffers)}
         return {name: torch.from_numpy(np.asarray(results[i].numpy())) for i, name in enumerate(plain)}
 
     # The name the decode-loop issue uses for the same operation.
@@ -230,6 +233,12 @@ class OrtDecodeLoop(DecodeLoop):
 
     def cache_storage(self) -> list[torch.Tensor]:
         return list(self.buffers.values())
+
+    def cache_tensors(self) -> dict[str, torch.Tensor]:
+        return dict(self.buffers)
+
+    def runtime_writes(self) -> dict[str, int]:
+        return dict(self.runner.last_shared_writes)
 
     def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         inputs = {"input_ids": input_ids, "position_ids": position_ids}

@@ -1,0 +1,19 @@
+"""Fault: with multi_token_decode=True the decode graph is exported static: its query axis is frozen."""
+
+import dataclasses
+
+from faults._base import each_backend, with_faults
+
+
+class FixedQuery:
+    def export_for_generation(self, model, inputs, config=None, generation_config=None, multi_token_decode=False):
+        from hfexport.utils import decompose_for_generation
+
+        config = self.resolve_config(config)
+        components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
+        return {name: self.export(module, kwargs, dataclasses.replace(config, dynamic=False) if name == "decode"
+                                  else config)
+                for name, (module, kwargs) in components.items()}
+
+
+with_faults(globals(), exporters=each_backend(FixedQuery))

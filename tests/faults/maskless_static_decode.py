@@ -1,0 +1,20 @@
+"""Fault: the static-cache decode graph is traced without its attention mask (the guide's loop passes one)."""
+
+from faults._base import each_backend, with_faults
+
+
+class Maskless:
+    def export_for_generation(self, model, inputs, config=None, generation_config=None, multi_token_decode=False):
+        from hfexport.utils import decompose_for_generation
+
+        config = self.resolve_config(config)
+        components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
+        out = {}
+        for name, (module, kwargs) in components.items():
+            if name == "decode":
+                kwargs = {k: v for k, v in kwargs.items() if k != "attention_mask"}
+            out[name] = self.export(module, kwargs, config)
+        return out
+
+
+with_faults(globals(), exporters=each_backend(Maskless))

@@ -1,0 +1,76 @@
+"""The conformance suite tests itself: every seeded-fault implementation in tests/faults must make it fail,
+on the check its fault belongs to, and hfexport must pass the same selection.
+
+Each run is a real ``pytest conformance`` in a subprocess with ``--hfexport-impl=faults.<name>`` and a JSON
+report; the selection keeps it to the tiny llama and the tests that judge the fault's family. The hfexport
+runs over the union of the selections are also the smoke of the suite in the README's test command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EXPORT = "test_export.py and llama"
+HYGIENE = "test_export_leaves and llama"
+# fault module -> (backend, -k selection, checks one of which must fail)
+FAULTS: dict[str, tuple[str, str, set[str]]] = {
+    "static_export": ("dynamo", EXPORT, {"export", "export_batch"}),
+    "perturbed_outputs": ("dynamo", EXPORT, {"export"}),
+    "not_implemented_backend": ("onnx", EXPORT, {"export"}),
+    "static_prefill": ("dynamo", "test_components_match and llama", {"generation"}),
+    "fixed_query_decode": ("dynamo", "test_one_decode_graph and llama", {"multi_token_decode"}),
+    "maskless_static_decode": ("dynamo", "test_guide_loop_matches and llama", {"static_cache"}),
+    "copying_loop": ("onnx", "test_implementation_loop and llama", {"static_cache_in_place"}),
+    "hook_left_behind": ("dynamo", HYGIENE, {"hygiene"}),
+    "grad_mode_left_off": ("dynamo", HYGIENE, {"hygiene"}),
+    "inputs_mutated": ("dynamo", HYGIENE, {"hygiene"}),
+    "patch_kept_after_failed_lowering": ("onnx", "test_failed_lowering", {"hygiene"}),
+    "partial_save": ("dynamo", "test_failed_export_leaves and save", {"hygiene"}),
+    "lossy_config": ("dynamo", "test_config_round_trips", {"api"}),
+    "accepts_foreign_config": ("dynamo", "test_exporter_refuses", {"api"}),
+    "silent_drift": ("dynamo", "test_version_drift", {"api"}),
+    "drift_every_call": ("dynamo", "test_version_drift", {"api"}),
+    "missing_package_without_hint": ("dynamo", "test_missing_package", {"api"}),
+    "registration_ignored": ("dynamo", "test_registered_backend", {"api"}),
+}
+
+
+def run_suite(impl: str, backend: str, selection: str, report: Path) -> tuple[int, list[dict], str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    command = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-m", "",
+               "-k", selection, f"--hfexport-impl={impl}", f"--hfexport-backend={backend}",
+               f"--hfexport-report={report}"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    rows = json.loads(report.read_text())["rows"] if report.exists() else []
+    return done.returncode, rows, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_the_suite_fails_a_seeded_fault(fault, tmp_path):
+    backend, selection, checks = FAULTS[fault]
+    code, rows, output = run_suite(f"faults.{fault}", backend, selection, tmp_path / "report.json")
+    assert rows, f"the suite ran nothing for faults.{fault}:\n{output}"
+    caught = [r for r in rows if r["check"] in checks and r["status"] in ("fail", "error")]
+    assert code == 1 and caught, (f"faults.{fault} was not caught by the {sorted(checks)} check(s); rows: "
+                                  f"{[(r['model'], r['check'], r['status']) for r in rows]}\n{output}")
+    assert not [r for r in rows if r["status"] == "unsupported"], "a fault's exception became 'unsupported'"
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx"])
+def test_hfexport_passes_what_the_faults_fail(backend, tmp_path):
+    """hfexport passes every selection above on this backend: the suite's smoke run in the test command."""
+    selection = " or ".join(sorted({f"({s})" for _, s, _ in FAULTS.values()}))
+    code, rows, output = run_suite("hfexport", backend, selection, tmp_path / "report.json")
+    bad = [(r["model"], r["check"], r["status"], r["message"][:200]) for r in rows
+           if r["status"] not in ("pass", "xfail")]
+    assert code == 0 and rows and not bad, f"hfexport does not pass the fault selections on {backend}: {bad}\n{output}"
