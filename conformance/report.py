@@ -1,9 +1,12 @@
-"""Print a conformance report (``--hfexport-report`` JSON) as the matrix and the counts per check and backend.
+"""Print a conformance report (``--hfexport-report`` JSON): every figure docs/conformance.md quotes.
 
-    python -m conformance.report out/conformance.json [--markdown]
+    python -m conformance.report out/conformance-hfexport.json [--markdown]
 
-``--markdown`` prints the section docs/conformance.md keeps per implementation: date,
-versions, the command, the counts table and the per-model matrix.
+Prints the implementation, when and with which versions it was measured, the command, the session's
+wall time, the totals per status (tests and model x backend x check cells), the counts per check and
+backend, the gaps the implementation declares, the per-model matrix and the known failures with
+their reasons. ``--markdown`` prints the same as the section docs/conformance.md keeps per
+implementation.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_hfexport.report import SYMBOL, count_table, merge_statuses
+from pytest_hfexport.report import COUNTED, SYMBOL, count_table, merge_statuses
 
-REGENERATE = ("python -m pytest -n 2 --dist loadgroup conformance --hfexport-impl={impl} --hfexport-backend=all "
-              "--hfexport-report out/conformance-{impl}.json")
+COMMAND = ("python -m pytest -n 2 --dist loadgroup conformance -p no:cacheprovider --hfexport-impl={impl} "
+           "--hfexport-backend=all --hfexport-report out/conformance-{impl}.json")
 
 
 def model_matrix(rows: list[dict[str, Any]], markdown: bool) -> list[str]:
@@ -26,11 +29,51 @@ def model_matrix(rows: list[dict[str, Any]], markdown: bool) -> list[str]:
     backends = sorted({k[2] for k in cells})
     lines = sorted({(k[0], k[1]) for k in cells})
     table = [[m, c, *(SYMBOL.get(cells.get((m, c, b), ""), "") for b in backends)] for m, c in lines]
-    head = ["model", "check", *backends]
+    return _table(["model", "check", *backends], table, markdown)
+
+
+def _table(head: list[str], body: list[list[str]], markdown: bool) -> list[str]:
     if markdown:
-        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in table]
-    widths = [max(len(r[i]) for r in [head, *table]) for i in range(len(head))]
-    return ["  ".join(f"{v:<{w}}" for v, w in zip(r, widths)).rstrip() for r in [head, *table]]
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    return ["  ".join(f"{v:<{w}}" for v, w in zip(r, widths)).rstrip() for r in [head, *body]]
+
+
+def totals(data: dict[str, Any]) -> str:
+    """Tests per status and model x backend x check cells per counted status, and the wall time."""
+    rows = data.get("rows", [])
+    tests = ", ".join(f"{n} {s}" for s, n in data.get("summary", {}).items() if n)
+    fold = {"error": "fail", "xpass": "fail", "skip": "unsupported"}
+    cells: dict[str, int] = {s: 0 for s in COUNTED}
+    for status in merge_statuses(rows).values():
+        cells[fold.get(status, status)] += 1
+    wall = data.get("wall_s")
+    wall_text = f"{int(wall // 60)} min {wall % 60:.0f} s" if isinstance(wall, (int, float)) else "not recorded"
+    return (f"tests: {tests or 'none'}; cells (model x backend x check): "
+            + ", ".join(f"{n} {s}" for s, n in cells.items()) + f"; wall time {wall_text}")
+
+
+def render(data: dict[str, Any], markdown: bool) -> list[str]:
+    rows = data.get("rows", [])
+    impl = data.get("implementation", "?")
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(data.get("versions", {}).items()) if v)
+    out = [f"### {impl}" if markdown else f"implementation: {impl}", ""]
+    out += [f"Measured {data.get('created', '?')} on backends {','.join(data.get('backends', []))}; {versions}.", ""]
+    out += [f"Command: `{COMMAND.format(impl=impl)}`, then `python -m conformance.report "
+            f"out/conformance-{impl}.json --markdown`.", ""]
+    out += [f"Totals: {totals(data)}.", ""]
+    out += ["Counts per check and backend (cells), as pass/fail/xfail/unsupported:", ""]
+    out += count_table(rows, markdown=markdown)[0 if markdown else 1:]
+    gaps = data.get("declared_gaps") or {}
+    out += ["", "Gaps the implementation declares (the only source of `unsupported`):", ""]
+    out += [f"- `{k}`: {v}" for k, v in sorted(gaps.items())] or ["- none"]
+    out += ["", "Per model:", ""] + model_matrix(rows, markdown)
+    xfails = sorted({(r["model"], r["backend"], r["check"], (r.get("message") or "").splitlines()[0][:240])
+                     for r in rows if r["status"] == "xfail"})
+    if xfails:
+        out += ["", "Known failures (measured messages):", ""]
+        out += [f"- {m}/{b}/{c}: {msg}" for m, b, c, msg in xfails]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,30 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", type=Path)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    data = json.loads(args.report.read_text())
-    rows = data.get("rows", [])
-    impl = data.get("implementation", "?")
-    if args.markdown:
-        versions = ", ".join(f"{k} {v}" for k, v in sorted(data.get("versions", {}).items()) if v)
-        print(f"### {impl}\n\nMeasured {data.get('created', '?')}; {versions}.\n")
-        print(f"Regenerate: `{REGENERATE.format(impl=impl)}` then "
-              f"`python -m conformance.report out/conformance-{impl}.json --markdown`.\n")
-        print("Counts per check and backend, as pass/fail/xfail/unsupported:\n")
-        print("\n".join(count_table(rows, markdown=True)))
-        print("\nPer model:\n")
-        print("\n".join(model_matrix(rows, markdown=True)))
-        xfails = sorted({(r["model"], r["backend"], r["check"], r.get("message", "")) for r in rows
-                         if r["status"] == "xfail"})
-        if xfails:
-            print("\nKnown failures (reasons from the implementation's known-failures file):\n")
-            for model, backend, check, message in xfails:
-                print(f"- {model}/{backend}/{check}: {message.splitlines()[0] if message else ''}")
-        return 0
-    print("\n".join(model_matrix(rows, markdown=False)))
-    print()
-    print("\n".join(count_table(rows)))
-    summary = data.get("summary", {})
-    print("rows: " + ", ".join(f"{n} {s}" for s, n in summary.items() if n))
+    print("\n".join(render(json.loads(args.report.read_text()), args.markdown)))
     return 0
 
 

@@ -49,12 +49,31 @@ def test_components_serve_a_padded_batch(entry, exported, hfexport_backend):
 
 
 @pytest.mark.parametrize("entry", entry_params("generation", key="generation_tokens"))
-def test_served_components_generate_eager_tokens(entry, exported, hfexport_implementation, hfexport_backend):
+def test_served_components_generate_eager_tokens(entry, exported, hfexport_implementation, hfexport_backend,
+                                                 monkeypatch):
+    adapter = hfexport_implementation
     result = exported(entry, generation=True)
     expected = eager_tokens(result.model, result.inputs, NEW_TOKENS)
     assert_tokens(served_tokens(result.model, result.runners, result.inputs, NEW_TOKENS), expected,
                   "generate() with every component served by its artifact")
-    if hfexport_implementation.declared_gap("serve", hfexport_backend) is None:
-        config = generation_config(result.model, NEW_TOKENS)
-        got = hfexport_implementation.serve(result.model, result.paths, result.inputs, NEW_TOKENS, config)
-        assert_tokens(got, expected, f"{hfexport_implementation.name}'s own serving of the components")
+    if adapter.declared_gap("serve", hfexport_backend) is None:
+        # The implementation's own serving must really run the artifacts it loads: count their calls.
+        calls: dict[str, int] = {}
+        load = adapter.load
+
+        def counting_load(path):
+            runner = load(path)
+
+            def run(*args, **kwargs):
+                calls[str(path)] = calls.get(str(path), 0) + 1
+                return runner(*args, **kwargs)
+
+            return run
+
+        monkeypatch.setattr(adapter, "load", counting_load)
+        got = adapter.serve(result.model, result.paths, result.inputs, NEW_TOKENS,
+                            generation_config(result.model, NEW_TOKENS))
+        monkeypatch.undo()
+        assert_tokens(got, expected, f"{adapter.name}'s own serving of the components")
+        idle = sorted(name for name, path in result.paths.items() if not calls.get(str(path)))
+        assert not idle, f"{adapter.name}'s serving never ran the artifacts of {idle}"

@@ -2,9 +2,11 @@
 
 An output passes when ``max|exported - eager| <= atol + rtol * max|eager|``. The relative
 error reported is ``max|exported - eager| / max|eager|`` (error against the output's scale,
-stable where single elements are near zero). Integer and bool outputs must match exactly.
-Tolerances: ``default_tolerance(backend, dtype)``, overridden per model (one value) and per
-output (a dict of output names or ``fnmatch`` patterns).
+stable where single elements are near zero). Integer and bool outputs must match exactly, and an
+output whose kind of dtype (bool, integer, floating point, complex) differs from eager's fails by
+name, whatever its values. Outputs the exported side has and eager lacks are listed in ``extra``:
+informational unless ``strict_names=True``. Tolerances: ``default_tolerance(backend, dtype)``,
+overridden per model (one value) and per output (a dict of output names or ``fnmatch`` patterns).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class Tolerance:
         return f"atol={self.atol:.0e}" + (f" rtol={self.rtol:.0e}" if self.rtol else "")
 
 
-# fp32 bars per backend (SPEC §4: "a stated per-backend tolerance"); other dtypes scale from them.
+# fp32 bars per backend: each backend states its own tolerance against eager; other dtypes scale from them.
 FP32_ATOL = {"dynamo": 1e-5, "onnx": 1e-4, "executorch": 1e-3}
 DTYPE_ATOL = {"float16": 1e-2, "half": 1e-2, "bfloat16": 5e-2}
 
@@ -40,6 +42,18 @@ def default_tolerance(backend: str, dtype: Any) -> Tolerance:
 
 
 ToleranceSpec = Union[None, float, Tolerance, Mapping[str, Union[float, Tolerance]]]
+
+
+def dtype_kind(dtype: Any) -> str:
+    """``bool``, ``integer``, ``floating`` or ``complex``: the kinds an exported output must keep."""
+    name = str(dtype).replace("torch.", "")
+    if name == "bool":
+        return "bool"
+    if name.startswith(("int", "uint")):
+        return "integer"
+    if name.startswith("complex"):
+        return "complex"
+    return "floating"
 
 
 def _as_tolerance(value: float | Tolerance) -> Tolerance:
@@ -94,10 +108,14 @@ class CompareResult:
     label: str = "sample"
     outputs: dict[str, OutputDiff] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    # Exported outputs eager does not have: reported, a failure only when compared with strict_names=True.
+    extra: list[str] = field(default_factory=list)
+    strict_names: bool = False
 
     @property
     def ok(self) -> bool:
-        return not self.missing and all(d.ok for d in self.outputs.values())
+        return (not self.missing and not (self.strict_names and self.extra)
+                and all(d.ok for d in self.outputs.values()))
 
     @property
     def worst(self) -> OutputDiff | None:
@@ -116,6 +134,8 @@ class CompareResult:
 
     def failures(self) -> list[str]:
         lines = [f"output {m!r} is missing from the exported program's outputs" for m in self.missing]
+        if self.strict_names:
+            lines += [f"output {e!r} is in the exported program's outputs but not in eager's" for e in self.extra]
         lines += [d.describe() for d in self.outputs.values() if not d.ok]
         return lines
 
@@ -125,15 +145,20 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "label": self.label, "missing": list(self.missing),
+                "extra": list(self.extra),
                 "outputs": {k: {**asdict(v), "tolerance": asdict(v.tolerance)} for k, v in self.outputs.items()}}
 
 
 def compare(expected: Mapping[str, Any], got: Mapping[str, Any], backend: str, *, tolerance: ToleranceSpec = None,
-            output_tolerance: ToleranceSpec = None, label: str = "sample") -> CompareResult:
-    """Compare flat named eager outputs with flat named exported outputs (extra exported outputs are ignored)."""
+            output_tolerance: ToleranceSpec = None, label: str = "sample", strict_names: bool = False) -> CompareResult:
+    """Compare flat named eager outputs with flat named exported outputs.
+
+    Exported outputs eager lacks are listed in ``result.extra``; they fail the comparison only with
+    ``strict_names=True``."""
     import torch
 
-    result = CompareResult(backend, label)
+    result = CompareResult(backend, label, strict_names=strict_names)
+    result.extra = [name for name in got if name not in expected]
     for name, ref in expected.items():
         if name not in got:
             result.missing.append(name)
@@ -157,5 +182,11 @@ def compare(expected: Mapping[str, Any], got: Mapping[str, Any], backend: str, *
             diff.ok = not finite_mismatch and diff.max_abs <= tol.atol + tol.rtol * scale
             if finite_mismatch:
                 diff.note = f"non-finite values differ from eager (nan/inf), dtype {diff.dtype}"
+        if diff.note == "" and dtype_kind(out.dtype) != dtype_kind(ref_t.dtype):
+            # An integer where eager gives floats (or bool where eager gives ints) is a different output,
+            # even where the values happen to agree.
+            diff.ok = False
+            diff.note = (f"dtype {str(out.dtype).replace('torch.', '')} ({dtype_kind(out.dtype)}) != eager "
+                         f"{diff.dtype} ({dtype_kind(ref_t.dtype)})")
         result.outputs[name] = diff
     return result

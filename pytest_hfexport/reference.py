@@ -152,7 +152,26 @@ def capture_generation(model: Any, inputs: Mapping[str, Any], tokens: int, gener
                              output_logits=True)
     capture.tokens = new_tokens(model, inputs, out.sequences)
     capture.logits = list(out.logits or [])
+    if isinstance(inputs.get("attention_mask"), torch.Tensor) and \
+            "attention_mask" in inspect.signature(model.forward).parameters:
+        for call in capture.calls.get("model", []):
+            explicit_mask(call)
     return capture
+
+
+def explicit_mask(call: dict[str, Any]) -> None:
+    """generate() drops an all-ones padding mask (batch 1, no padding) before it calls the model; a decode graph
+    serves padded batches only if it takes a mask, so the judge passes the mask the caller would: all ones
+    over the cached and the new tokens (eager's outputs are the same with or without it)."""
+    import torch
+
+    key = "input_ids" if isinstance(call.get("input_ids"), torch.Tensor) else None
+    if key is None or call.get("attention_mask") is not None:
+        return
+    cache = call.get("past_key_values")
+    past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
+    ids = call[key]
+    call["attention_mask"] = torch.ones(ids.shape[0], past + ids.shape[1], dtype=torch.long)
 
 
 def eager_tokens(model: Any, inputs: Mapping[str, Any], tokens: int, generation: Any = None) -> Any:

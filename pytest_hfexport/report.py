@@ -87,16 +87,16 @@ class Recorder:
     def start(self) -> None:
         self.started = time.time()
 
-    def finish(self, declared_gaps: Mapping[str, str] | None = None) -> None:
-        """The session is over: its wall time, and the gaps the implementation declared."""
+    def finish(self) -> None:
+        """The session is over: its wall time."""
         if self.started is not None:
             self.wall_s = round(time.time() - self.started, 1)
-        self.declared_gaps = dict(declared_gaps or {})
 
     def add(self, report: Any) -> None:
         facts = getattr(report, "hfexport", None)
         if not facts:
             return
+        self.declared_gaps.update(facts.get("declared_gaps") or {})
         status = status_of(report)
         if status is None:
             return

@@ -24,8 +24,10 @@ def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.Te
     message = failing[-1]["message"] if failing else ""
     if call.excinfo is not None and not stage:
         stage = getattr(call.excinfo.value, "stage", None)
+    adapter = getattr(item, "funcargs", {}).get("hfexport_implementation")
     report.hfexport = {"model": key[0], "backend": key[1], "check": key[2], "stage": stage, "message": message,
-                       "measurements": summaries if call.when == "call" else []}
+                       "measurements": summaries if call.when == "call" else [],
+                       "declared_gaps": adapter.declared_gaps() if hasattr(adapter, "declared_gaps") else {}}
 
 
 def start_recording(config: pytest.Config) -> None:
@@ -58,27 +60,13 @@ class _Controller:
         from . import report as report_mod
 
         settings, recorder = settings_of(self.config), self.config.stash[RECORDER]
-        recorder.finish(self._declared_gaps(settings))
+        recorder.finish()
         if settings.baseline:
             recorder.compare_baseline(report_mod.load_baseline(settings.baseline))
             if recorder.regressions and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if settings.report:
             recorder.write(settings.report)
-
-    @staticmethod
-    def _declared_gaps(settings: Any) -> dict[str, str]:
-        """What the implementation under test declares it lacks (only when its adapter is already loaded)."""
-        import sys
-
-        if "pytest_hfexport.adapters" not in sys.modules:
-            return {}
-        from . import adapters
-
-        try:
-            return adapters.resolve(settings.impl).declared_gaps()
-        except Exception:  # the report must still be written; the failure shows in the tests
-            return {}
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from . import report as report_mod

@@ -19,7 +19,8 @@ import inspect
 from typing import Any, Callable, Iterator, Mapping
 
 from .naming import flat_named, replace_named
-from .reference import RETURN_SHAPING, TOP_LEVEL, bind_call, component_modules, generation_config, graph_kwargs
+from .reference import (RETURN_SHAPING, TOP_LEVEL, bind_call, component_modules, explicit_mask, generation_config,
+                        graph_kwargs)
 from .reference import new_tokens as _new_tokens
 
 _MISSING = object()
@@ -30,9 +31,10 @@ class ServingError(AssertionError):
 
 
 @contextlib.contextmanager
-def served(model: Any, runners: Mapping[str, Callable[..., Any]]) -> Iterator[dict[str, int]]:
+def served(model: Any, runners: Mapping[str, Callable[..., Any]], masked: bool = False) -> Iterator[dict[str, int]]:
     """Replace the components' forwards by their artifacts for the block; yields the call count per component.
-    The original forwards come back on any exit."""
+    ``masked``: the caller passed a padding mask, so the model's calls always get one (see
+    ``reference.explicit_mask``). The original forwards come back on any exit."""
     modules = component_modules(model)
     unknown = sorted(set(runners) - set(modules))
     if unknown:
@@ -47,7 +49,7 @@ def served(model: Any, runners: Mapping[str, Callable[..., Any]]) -> Iterator[di
     try:
         for module, names in roles.values():
             saved.append((module, module.__dict__.get("forward", _MISSING)))
-            module.forward = _dispatcher(module, names, runners, calls)
+            module.forward = _dispatcher(module, names, runners, calls, masked)
         yield calls
     finally:
         for module, original in saved:
@@ -58,7 +60,7 @@ def served(model: Any, runners: Mapping[str, Callable[..., Any]]) -> Iterator[di
 
 
 def _dispatcher(module: Any, names: Mapping[str, str], runners: Mapping[str, Callable[..., Any]],
-                calls: dict[str, int]) -> Callable[..., Any]:
+                calls: dict[str, int], masked: bool) -> Callable[..., Any]:
     eager = type(module).forward.__get__(module)
     state = {"calls": 0}
 
@@ -73,6 +75,8 @@ def _dispatcher(module: Any, names: Mapping[str, str], runners: Mapping[str, Cal
         if name is None:  # e.g. a multimodal prefill: the model's own forward, its parts served
             return eager(*args, **kwargs)
         call = bind_call(module, args, kwargs)
+        if masked and name in TOP_LEVEL and "attention_mask" in inspect.signature(eager).parameters:
+            explicit_mask(call)
         calls[name] += 1
         got = flat_named(runners[name](**copy.deepcopy(graph_kwargs(call))))
         template = eager(**{k: v for k, v in copy.deepcopy(call).items() if k not in RETURN_SHAPING})
@@ -99,7 +103,8 @@ def served_tokens(model: Any, runners: Mapping[str, Callable[..., Any]], inputs:
     import torch
 
     config = generation_config(model, tokens, generation)
-    with torch.no_grad(), served(model, runners) as calls:
+    masked = isinstance(inputs.get("attention_mask"), torch.Tensor)
+    with torch.no_grad(), served(model, runners, masked) as calls:
         sequences = model.generate(**copy.deepcopy(dict(inputs)), generation_config=config)
     idle = sorted(name for name, count in calls.items() if count == 0)
     if idle:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What a warning line looks like in the terminal: Python warnings, torch's W-prefixed log lines, native loaders.
+NOISE = re.compile(r"[Ww]arning|^W\d{4} |Failed to load|Skipping import of cpp")
 EXPORT = "test_export.py and llama"
 HYGIENE = "test_export_leaves and llama"
 # fault module -> (backend, -k selection, checks one of which must fail)
@@ -52,7 +55,7 @@ def run_suite(impl: str, backend: str, selection: str, report: Path) -> tuple[in
                f"--hfexport-report={report}"]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     rows = json.loads(report.read_text())["rows"] if report.exists() else []
-    return done.returncode, rows, done.stdout[-3000:] + done.stderr[-2000:]
+    return done.returncode, rows, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
@@ -62,7 +65,7 @@ def test_the_suite_fails_a_seeded_fault(fault, tmp_path):
     assert rows, f"the suite ran nothing for faults.{fault}:\n{output}"
     caught = [r for r in rows if r["check"] in checks and r["status"] in ("fail", "error")]
     assert code == 1 and caught, (f"faults.{fault} was not caught by the {sorted(checks)} check(s); rows: "
-                                  f"{[(r['model'], r['check'], r['status']) for r in rows]}\n{output}")
+                                  f"{[(r['model'], r['check'], r['status']) for r in rows]}\n{output[-4000:]}")
     assert not [r for r in rows if r["status"] == "unsupported"], "a fault's exception became 'unsupported'"
 
 
@@ -73,4 +76,7 @@ def test_hfexport_passes_what_the_faults_fail(backend, tmp_path):
     code, rows, output = run_suite("hfexport", backend, selection, tmp_path / "report.json")
     bad = [(r["model"], r["check"], r["status"], r["message"][:200]) for r in rows
            if r["status"] not in ("pass", "xfail")]
-    assert code == 0 and rows and not bad, f"hfexport does not pass the fault selections on {backend}: {bad}\n{output}"
+    assert code == 0 and rows and not bad, (f"hfexport does not pass the fault selections on {backend}: {bad}\n"
+                                            f"{output[-4000:]}")
+    noise = [line for line in output.splitlines() if NOISE.search(line)]
+    assert not noise, "the suite's output holds warning lines:\n" + "\n".join(noise[:20])

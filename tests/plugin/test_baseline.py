@@ -66,3 +66,17 @@ def test_missing_baseline_is_a_usage_error(pytester):
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_inprocess("--hfexport-baseline=nope.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_pass_to_unsupported_or_not_run_is_a_regression(pytester, fake_impl, monkeypatch):
+    """A row that passed must pass again: unsupported now, or not run at all, fails the gate too."""
+    monkeypatch.setenv("FAKEIMPL", "onnx=lacks")
+    pytester.makepyfile(TEST)
+    baseline(pytester.path / "base.json", [("test_a", "onnx", "export", "pass"), ("gone", "dynamo", "export", "pass")])
+    result = pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo,onnx",
+                                          "--hfexport-baseline=base.json", "--hfexport-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*REGRESSION test_a/onnx/export: pass -> unsupported*",
+                                 "*REGRESSION gone/dynamo/export: pass -> not run*", "2 regression(s), 0 improvement(s)"])
+    assert sorted(map(tuple, json.loads((pytester.path / "r.json").read_text())["regressions"])) == [
+        ("gone", "dynamo", "export"), ("test_a", "onnx", "export")]
