@@ -64,7 +64,10 @@ class DynamoGuide:
     def __init__(self, path: Path, batch: int = 1) -> None:
         import torch
 
-        program = torch.export.load(str(path))
+        from .adapters.base import tolerant_logging
+
+        with tolerant_logging():
+            program = torch.export.load(str(path))
         self.module = program.module()
         if program.example_inputs is None or CACHE_ARG not in program.example_inputs[1]:
             raise GuideError(f"the program's example inputs hold no {CACHE_ARG!r} cache to rebuild (it takes "

@@ -77,11 +77,12 @@ def bind_call(module: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 
 
 def generation_config(model: Any, new_tokens: int, base: Any = None) -> Any:
-    """Greedy, exactly ``new_tokens`` tokens, from ``base`` or the model's own config. No EOS: generation never
-    stops early and no processor rewrites the logits, so each token is the argmax of the raw logits."""
+    """Greedy, exactly ``new_tokens`` tokens, from ``base`` or the model's own config. The end-of-sequence id is
+    one past the vocabulary (``None`` would be refilled from the model's config): generation never stops early
+    and no minimum-length processor rewrites the logits, so each token is the argmax of the raw logits."""
     config = copy.deepcopy(base if base is not None else model.generation_config)
     config.max_new_tokens, config.min_new_tokens, config.max_length = new_tokens, None, None
-    config.eos_token_id = config.forced_eos_token_id = None
+    config.eos_token_id = int(model.config.get_text_config().vocab_size)
     config.do_sample, config.num_beams = False, 1
     return config
 
@@ -129,15 +130,10 @@ def recording(modules: Mapping[str, Any], keep_caches: bool = False) -> Iterator
             handle.remove()
 
 
-def new_tokens(model: Any, inputs: Mapping[str, Any], sequences: Any) -> Any:
-    """The tokens generate() added (encoder-decoders: after the decoder prompt, or after the start token)."""
-    import torch
-
-    if getattr(model.config, "is_encoder_decoder", False):
-        given = inputs.get("decoder_input_ids")
-        return sequences[:, given.shape[1] if isinstance(given, torch.Tensor) else 1:]
-    prompt = inputs.get("input_ids")
-    return sequences[:, prompt.shape[1]:] if isinstance(prompt, torch.Tensor) else sequences
+def new_tokens(sequences: Any, tokens: int) -> Any:
+    """The tokens generate() added: the last ``tokens`` (with no EOS, it adds exactly that many; encoder-decoders
+    may also prepend a start token to the decoder prompt)."""
+    return sequences[:, sequences.shape[1] - tokens:]
 
 
 def capture_generation(model: Any, inputs: Mapping[str, Any], tokens: int, generation: Any = None,
@@ -150,7 +146,7 @@ def capture_generation(model: Any, inputs: Mapping[str, Any], tokens: int, gener
     with torch.no_grad(), recording(modules, keep_caches) as capture:
         out = model.generate(**copy.deepcopy(dict(inputs)), generation_config=config, return_dict_in_generate=True,
                              output_logits=True)
-    capture.tokens = new_tokens(model, inputs, out.sequences)
+    capture.tokens = new_tokens(out.sequences, tokens)
     capture.logits = list(out.logits or [])
     if isinstance(inputs.get("attention_mask"), torch.Tensor) and \
             "attention_mask" in inspect.signature(model.forward).parameters:

@@ -109,4 +109,4 @@ def served_tokens(model: Any, runners: Mapping[str, Callable[..., Any]], inputs:
     idle = sorted(name for name, count in calls.items() if count == 0)
     if idle:
         raise ServingError(f"generate() never called the components {idle}: the split does not match this run")
-    return _new_tokens(model, inputs, sequences)
+    return _new_tokens(sequences, tokens)

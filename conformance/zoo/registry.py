@@ -37,6 +37,7 @@ class ZooEntry:
     batch: int = 2
     seq: bool = True
     one_token: bool = True
+    query_tokens: tuple[int, ...] = (1, 3)  # query blocks a multi-token decode graph serves (eager must too)
     seed: int = 0  # the weights' seed: chosen so greedy generation is not degenerate
 
     def __post_init__(self) -> None:

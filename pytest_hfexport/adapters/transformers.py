@@ -13,7 +13,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .base import Adapter
+from .base import Adapter, tolerant_logging
 
 SUFFIXES = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 
@@ -75,7 +75,8 @@ class TransformersAdapter(Adapter):
 
     def _exported_model(self, path: Path) -> tuple[Any, str]:
         folder, _, component = str(path).partition("#")
-        return self.module.ExportedModel.from_pretrained(folder), component or "model"
+        with tolerant_logging():
+            return self.module.ExportedModel.from_pretrained(folder), component or "model"
 
     def load(self, path: Path) -> Callable[..., Any]:
         exported, component = self._exported_model(path)

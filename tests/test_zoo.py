@@ -1,0 +1,28 @@
+"""The zoo's eager references are fit to judge with: greedy generation is not degenerate, and eager itself
+serves k query tokens in one call the way it serves them one by one where an entry opts into that check."""
+
+import pytest
+
+from conformance.conftest import NEW_TOKENS
+from conformance.zoo import ZOO, select
+from pytest_hfexport.reference import decode_block, eager_tokens
+
+GENERATIVE = [e for e in ZOO.values() if "generation" in e.checks]
+
+
+@pytest.mark.parametrize("entry", GENERATIVE, ids=lambda e: e.name)
+def test_greedy_reference_is_not_degenerate(entry):
+    """At least 4 distinct tokens among the 32 of every row (sample prompt and padded batch): a model that
+    repeats one token cannot tell a wrong artifact from a right one."""
+    model = entry.model()
+    for kind, inputs in entry.input_sets(model, ("sample", "batch")).items():
+        for row in eager_tokens(model, inputs, NEW_TOKENS).tolist():
+            assert len(set(row)) >= 4, f"{entry.name} ({kind} prompt) generates {row}: change its seed"
+
+
+@pytest.mark.parametrize("entry", select(check="multi_token_decode"), ids=lambda e: e.name)
+def test_eager_serves_its_query_blocks_in_one_call(entry):
+    model = entry.model()
+    for inputs in entry.input_sets(model, ("sample", "batch")).values():
+        for tokens in entry.query_tokens:
+            decode_block(model, inputs, tokens)
