@@ -1,19 +1,13 @@
 """hfexport: export transformers models to torch.export, ONNX Runtime and ExecuTorch.
 
-The public names of the guide. Backends whose packages are missing still import:
+The public API. Backends whose packages are missing still import:
 their exporters raise a clear ImportError when instantiated.
 """
 
 from .configs import DynamoConfig, ExecutorchConfig, ExportConfigMixin, ExportFormat, OnnxConfig
 from .base import HfExporter
-from .auto import (
-    AUTO_CONFIG_MAPPING,
-    AUTO_EXPORTER_MAPPING,
-    AutoExportConfig,
-    AutoHfExporter,
-    register_export_config,
-    register_exporter,
-)
+from .registry import AUTO_CONFIG_MAPPING, AUTO_EXPORTER_MAPPING, register_export_config, register_exporter
+from .auto import AutoExportConfig, AutoHfExporter
 from .patching import register_fx_node_fix, register_fx_program_fix, register_patch
 from .errors import HfExportError
 from .dynamo import DynamoExporter

@@ -1,71 +1,36 @@
-"""Auto classes and the two registries that let a backend be chosen at run time.
+"""AutoExportConfig and AutoHfExporter: pick a backend's config or exporter by its ``export_format``.
 
-A third party adds a backend with two decorators::
-
-    @register_export_config("tflite")
-    @dataclass(eq=False)
-    class TfliteConfig(DynamoConfig):
-        export_format: ClassVar[str] = "tflite"
-
-    @register_exporter("tflite")
-    class TfliteExporter(DynamoExporter): ...
+The registries they read, and the decorators that fill them, live in ``hfexport.registry``; the
+names are re-exported here for code that imports them from this module.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from .base import HfExporter
-from .configs import ExportConfigMixin
+from .registry import (
+    AUTO_CONFIG_MAPPING,
+    AUTO_EXPORTER_MAPPING,
+    config_class_for,
+    exporter_class_for,
+    register_export_config,
+    register_exporter,
+)
 
-AUTO_EXPORTER_MAPPING: dict[str, type[HfExporter]] = {}
-AUTO_CONFIG_MAPPING: dict[str, type[ExportConfigMixin]] = {}
+if TYPE_CHECKING:
+    from .base import HfExporter
+    from .configs import ExportConfigMixin
 
-
-def _key(name: Any) -> str:
-    return str(getattr(name, "value", name))
-
-
-def register_exporter(name: str) -> Callable[[type], type]:
-    """Class decorator: make ``AutoHfExporter`` pick this exporter for ``export_format == name``."""
-
-    def decorator(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, HfExporter)):
-            raise TypeError(f"register_exporter({name!r}) needs a subclass of HfExporter, got {cls!r}")
-        AUTO_EXPORTER_MAPPING[_key(name)] = cls
-        return cls
-
-    return decorator
-
-
-def register_export_config(name: str) -> Callable[[type], type]:
-    """Class decorator: make ``AutoExportConfig`` build this class for ``export_format == name``."""
-
-    def decorator(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, ExportConfigMixin)):
-            raise TypeError(f"register_export_config({name!r}) needs a subclass of ExportConfigMixin, got {cls!r}")
-        AUTO_CONFIG_MAPPING[_key(name)] = cls
-        return cls
-
-    return decorator
-
-
-def _unknown(kind: str, name: Any, known: Mapping[str, Any]) -> ValueError:
-    return ValueError(f"unknown export_format {_key(name)!r} for {kind}; known formats: {sorted(known)}")
-
-
-def config_class_for(name: Any) -> type[ExportConfigMixin]:
-    try:
-        return AUTO_CONFIG_MAPPING[_key(name)]
-    except KeyError:
-        raise _unknown("AutoExportConfig", name, AUTO_CONFIG_MAPPING) from None
-
-
-def exporter_class_for(name: Any) -> type[HfExporter]:
-    try:
-        return AUTO_EXPORTER_MAPPING[_key(name)]
-    except KeyError:
-        raise _unknown("AutoHfExporter", name, AUTO_EXPORTER_MAPPING) from None
+__all__ = [
+    "AutoExportConfig",
+    "AutoHfExporter",
+    "AUTO_CONFIG_MAPPING",
+    "AUTO_EXPORTER_MAPPING",
+    "config_class_for",
+    "exporter_class_for",
+    "register_export_config",
+    "register_exporter",
+]
 
 
 class AutoExportConfig:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Mapping
 
 from . import environment
 from .configs import ExportConfigMixin, ExportFormat
+from .registry import exporter_base
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +21,7 @@ logger = logging.getLogger(__name__)
 _DRIFT_WARNED: set[type] = set()
 
 
+@exporter_base
 class HfExporter(abc.ABC):
     """Base class: subclasses set the class attributes and implement ``export``."""
 

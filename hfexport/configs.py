@@ -15,6 +15,8 @@ import enum
 import json
 from typing import Any, ClassVar
 
+from .registry import config_base, config_class_for
+
 __all__ = [
     "ExportFormat",
     "ExportConfigMixin",
@@ -26,7 +28,7 @@ __all__ = [
 
 
 class ExportFormat(str, enum.Enum):
-    """The three artifact kinds the guide knows; third parties may register more names."""
+    """The three built-in artifact kinds; third parties may register more names."""
 
     EXECUTORCH = "executorch"
     DYNAMO = "dynamo"
@@ -127,6 +129,7 @@ def _dims_equal(a: Any, b: Any) -> bool:
     return _spec_to_data(a) == _spec_to_data(b)
 
 
+@config_base
 @dataclasses.dataclass(eq=False)
 class ExportConfigMixin:
     """Base of every export config: validation, dict/JSON round trips, equality by content."""
@@ -170,8 +173,6 @@ class ExportConfigMixin:
         fmt = data.pop("export_format", None)
         target = cls
         if cls is ExportConfigMixin or not hasattr(cls, "export_format"):
-            from .auto import config_class_for
-
             if fmt is None:
                 raise ValueError("the dict has no 'export_format'; say which backend it is for (e.g. 'onnx')")
             target = config_class_for(fmt)

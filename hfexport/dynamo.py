@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Mapping
 import torch
 
 from . import caches, shapes
-from .auto import register_exporter
+from .registry import register_exporter
 from .base import HfExporter
 from .configs import DynamoConfig, ExportFormat
 from .errors import HfExportError

@@ -46,7 +46,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import caches
-from .auto import register_exporter
+from .registry import register_exporter
 from .configs import ExecutorchConfig, ExportFormat
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Mapping
 import torch
 import torch.utils._pytree as pytree
 
-from .auto import register_exporter
+from .registry import register_exporter
 from .configs import ExportFormat, OnnxConfig
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError

@@ -46,7 +46,7 @@ def map_shapes(value: Any, tensor_fn) -> Any:
 
 
 def auto_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Dim.AUTO on every axis of every tensor and cache input (the guide's ``dynamic=True``)."""
+    """Dim.AUTO on every axis of every tensor and cache input (what ``dynamic=True`` means)."""
     global _LOGGED_AUTO_HINT
     if not _LOGGED_AUTO_HINT:
         logger.info(

@@ -1,4 +1,4 @@
-"""Shared tools the guide names under ``hfexport.utils``."""
+"""Shared generation tools of the public API, under ``hfexport.utils``."""
 
 from .generation import decompose_for_generation, merge_decode_calls, record_calls
 

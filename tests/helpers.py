@@ -1,11 +1,18 @@
-"""Small shared helpers for the unit tests: zoo models, comparisons."""
+"""Small shared helpers for the unit tests: zoo models, eager runs, and asserting outputs match eager.
+
+The comparison is the repository's one verdict engine, ``pytest_hfexport.compare.compare``; this module
+only names the tensors (``pytest_hfexport.naming.flat_named``) and asserts its verdict.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from conformance.zoo import get
-from hfexport.outputs import flatten_named
+from pytest_hfexport.compare import ToleranceSpec, compare
+from pytest_hfexport.naming import flat_named
 
 
 def zoo_model(name: str):
@@ -14,14 +21,16 @@ def zoo_model(name: str):
     return entry, model
 
 
-def max_error(reference, candidate) -> float:
-    ref, got = flatten_named(reference), flatten_named(candidate)
-    assert set(ref) == set(got), f"output names differ: {sorted(set(ref) ^ set(got))}"
-    worst = 0.0
-    for name in ref:
-        assert ref[name].shape == got[name].shape, f"{name}: {tuple(got[name].shape)} != {tuple(ref[name].shape)}"
-        worst = max(worst, (ref[name].double() - got[name].double()).abs().max().item())
-    return worst
+def assert_matches(reference: Any, candidate: Any, backend: str, *, tolerance: ToleranceSpec = None,
+                   label: str = "sample", ordered: bool = False) -> None:
+    """``candidate`` has exactly ``reference``'s outputs (same names, shapes and dtype kinds), each within
+    ``tolerance`` (default: the backend's per-dtype bar). Either side may be a structured model output or an
+    already flat ``{name: tensor}`` dict; ``ordered`` also requires the names in the same order."""
+    expected, got = flat_named(reference), flat_named(candidate)
+    if ordered:
+        assert list(got) == list(expected), f"output names differ: {list(got)} != {list(expected)}"
+    result = compare(expected, got, backend, tolerance=tolerance, label=label, strict_names=True)
+    assert result.ok, result.message()
 
 
 def eager(model, inputs):

@@ -11,7 +11,7 @@ import transformers
 from hfexport import DynamoConfig, DynamoExporter
 from hfexport.caches import flatten_cache, unflatten_cache
 
-from helpers import eager, max_error, zoo_model
+from helpers import eager, zoo_model
 
 
 def _static_step(model, entry, max_cache_len=16):

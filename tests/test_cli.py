@@ -217,7 +217,7 @@ def test_run_dynamo_decode_loop_matches_eager(dynamo_decode_dir, llama_dir):
 
 
 def test_run_json_and_token_mismatch_exits_1(dynamo_decode_dir, llama_dir):
-    setup = ("import hfexport.cli as c\n"  # eager 'generates' other tokens; no need to load the model
+    setup = ("import hfexport.cli.run as c\n"  # eager 'generates' other tokens; no need to load the model
              "c.load_model = lambda *a, **k: None\n"
              "c.eager_generate = lambda model, prompt, n, cache_len: ([0] * n, 0.1)")
     proc = hfx_patched(setup, "run", dynamo_decode_dir, "--prompt-ids", PROMPT, "--max-new-tokens", 4,

@@ -29,6 +29,7 @@ from hfexport.model_state import diff_model_state, snapshot_model  # noqa: E402
 from hfexport.outputs import flatten_named  # noqa: E402
 from hfexport import runtime  # noqa: E402
 from hfexport.runtime.executorch import ExecutorchDecodeLoop, ExecutorchRunner  # noqa: E402
+from pytest_hfexport.compare import compare  # noqa: E402
 
 ATOL = 1e-3
 REPO = Path(__file__).resolve().parents[1]
@@ -94,15 +95,6 @@ def _ref(model: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
         return flatten_named(model(**inputs))
 
 
-def _max_err(ref: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> float:
-    assert set(ref) <= set(got), f"missing outputs {sorted(set(ref) - set(got))}; got {sorted(got)}"
-    worst = 0.0
-    for name, r in ref.items():
-        assert tuple(got[name].shape) == tuple(r.shape), f"{name}: {tuple(got[name].shape)} != {tuple(r.shape)}"
-        worst = max(worst, (r.double() - got[name].double()).abs().max().item())
-    return worst
-
-
 # -- the zoo: export, save, load, compare at the sample and other shapes ------------------------------
 ZOO_MODELS = [
     "llama",
@@ -129,8 +121,8 @@ def test_zoo_model_matches_eager_at_several_shapes(name, shared_dir):
         ref = _ref(model, inputs)
         got = run(inputs)
         assert list(got) == list(ref), f"output names {list(got)} != eager's {list(ref)}"
-        err = _max_err(ref, got)
-        assert err <= ATOL, f"{name} at batch {batch}, seq {seq}: max error {err:.2e}"
+        result = compare(ref, got, "executorch", tolerance=ATOL, label=f"{name} at batch {batch}, seq {seq}")
+        assert result.ok, result.message()
 
 
 @pytest.mark.hfexport_slow
@@ -204,7 +196,8 @@ def test_runner_names_outputs_and_refuses_bad_inputs(tiny_program):
     assert run.input_names == ["x"] and run.output_names == ["y", "z"]
     for batch, seq in ((2, 3), (1, 1), (7, 20)):
         inputs = _tiny_sample(batch, seq)
-        assert _max_err(_ref(model, inputs), run(inputs)) <= 1e-5
+        result = compare(_ref(model, inputs), run(inputs), "executorch", tolerance=1e-5, label=f"{batch}x{seq}")
+        assert result.ok, result.message()
     with pytest.raises(RunnerInputError, match="'x'.*dtype"):
         run({"x": torch.zeros(2, 3, 8, dtype=torch.float64)})
     with pytest.raises(RunnerInputError, match="'x'.*shape"):
@@ -222,7 +215,8 @@ def test_explicit_dim_is_honoured():
     assert sorted(map(tuple, program.hfexport_io["dynamic_dims"].values())) == [(1, 3), (2, 6)]
     run = ExecutorchRunner(program)
     assert list(run.method.metadata.input_tensor_meta(0).sizes()) == [3, 6, 8]
-    assert _max_err(_ref(model, _tiny_sample(3, 6)), run(_tiny_sample(3, 6))) <= 1e-5
+    result = compare(_ref(model, _tiny_sample(3, 6)), run(_tiny_sample(3, 6)), "executorch", tolerance=1e-5)
+    assert result.ok, result.message()
     with pytest.raises(RunnerInputError, match="above the 3"):
         run(_tiny_sample(4, 3))
 

@@ -10,7 +10,7 @@ from hfexport import DynamoConfig, DynamoExporter, HfExportError
 from hfexport.runtime.decode import decode_loop
 from hfexport.utils import decompose_for_generation
 
-from helpers import eager, max_error, zoo_model
+from helpers import assert_matches, eager, zoo_model
 
 ATOL = 1e-5
 
@@ -52,7 +52,8 @@ def test_llava_components_match_their_eager_submodules():
     for name, (module, kwargs) in components.items():
         program = programs[name]
         graph_kwargs = {k: v for k, v in copy.deepcopy(kwargs).items() if k in program.example_inputs[1]}
-        assert max_error(eager(module, copy.deepcopy(kwargs)), program.module()(**graph_kwargs)) <= ATOL, name
+        assert_matches(eager(module, copy.deepcopy(kwargs)), program.module()(**graph_kwargs), "dynamo",
+                       tolerance=ATOL, label=name)
 
 
 def test_multi_token_merge_equals_the_single_steps():

@@ -21,18 +21,9 @@ from hfexport.onnx import newest_opset
 from hfexport.outputs import flatten_named
 from hfexport.runtime.onnxruntime import OrtRunner
 
-from helpers import eager, zoo_model
+from helpers import assert_matches, eager, zoo_model
 
 ATOL = 1e-4
-
-
-def _max_error(ref: dict, got: dict) -> float:
-    assert list(got) == list(ref), f"output names differ: {list(got)} != {list(ref)}"
-    worst = 0.0
-    for name, r in ref.items():
-        assert tuple(got[name].shape) == tuple(r.shape), name
-        worst = max(worst, (r.double() - got[name].double()).abs().max().item())
-    return worst
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +60,7 @@ def test_saved_model_matches_eager_at_sample_and_other_shapes(exported, name):
     assert run.input_names == list(flatten_named(split_inputs(sample)[0]))
     for inputs in (sample, other):
         ref = flatten_named(eager(model, inputs))
-        assert _max_error(ref, run(inputs)) <= ATOL
+        assert_matches(ref, run(inputs), "onnx", tolerance=ATOL, ordered=True)
 
 
 def test_output_names_are_what_they_are(exported):
@@ -105,8 +96,9 @@ def test_output_path_writes_model_and_side_file_atomically(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["vit.onnx", "vit.onnx_data"]
     run = runtime.load(path)
     inputs = entry.input_sets(model, ("batch",))["batch"]
-    assert _max_error(flatten_named(eager(model, inputs)), run(inputs)) <= ATOL
-    assert _max_error(flatten_named(eager(model, inputs)), OrtRunner(program)(inputs)) <= ATOL
+    ref = flatten_named(eager(model, inputs))
+    assert_matches(ref, run(inputs), "onnx", tolerance=ATOL, ordered=True)
+    assert_matches(ref, OrtRunner(program)(inputs), "onnx", tolerance=ATOL, ordered=True)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +117,8 @@ def test_external_data_false_writes_one_file(vit_variant):
     proto = onnx.load(str(path), load_external_data=False)
     assert proto.graph.initializer and all(not t.external_data for t in proto.graph.initializer)
     inputs = entry.sample_inputs(model)
-    assert _max_error(flatten_named(eager(model, inputs)), runtime.load(path)(inputs)) <= ATOL
+    ref = flatten_named(eager(model, inputs))
+    assert_matches(ref, runtime.load(path)(inputs), "onnx", tolerance=ATOL, ordered=True)
 
 
 def test_external_data_true_puts_weights_in_the_side_file(exported, tmp_path):
@@ -192,7 +185,7 @@ def test_keep_initializers_as_inputs_lists_weights_as_overridable_inputs():
     assert run.input_names == ["pixel_values"]  # weights have defaults: not required
     inputs = entry.sample_inputs(model)
     ref = flatten_named(eager(model, inputs))
-    assert _max_error(ref, run(inputs)) <= ATOL
+    assert_matches(ref, run(inputs), "onnx", tolerance=ATOL, ordered=True)
     name = "embeddings.position_embeddings"
     override = {name: 5 * torch.randn(tuple(graph.initializers[name].shape))}
     assert (run({**inputs, **override})["last_hidden_state"] - ref["last_hidden_state"]).abs().max() > 1
@@ -234,7 +227,7 @@ def test_runner_hides_prefixes_and_matches_eager(static_decode):
     ref = flatten_named(eager(model, {**step, "past_key_values": copy.deepcopy(step["past_key_values"]),
                                       "use_cache": True}))
     got = run(step)  # eager kwargs, StaticCache included
-    assert _max_error(ref, got) <= ATOL
+    assert_matches(ref, got, "onnx", tolerance=ATOL, ordered=True)
 
 
 def test_shared_buffers_update_the_cache_in_place(static_decode):
@@ -251,11 +244,10 @@ def test_shared_buffers_update_the_cache_in_place(static_decode):
                         use_cache=True).logits
         out = run.run_with_shared_buffers({"input_ids": ids, "position_ids": torch.tensor([[position]])}, buffers)
         assert list(out) == ["logits"]
-        assert (out["logits"] - ref).abs().max() <= ATOL
+        assert_matches({"logits": ref}, out, "onnx", tolerance=ATOL, label=f"decode at {position}")
         ids = ref[:, -1:].argmax(-1)
     assert {n: t.data_ptr() for n, t in buffers.items()} == pointers
-    for name, tensor in flatten_named(eager_cache, "past_key_values").items():
-        assert (buffers[name].double() - tensor.double()).abs().max() <= ATOL, name
+    assert_matches(flatten_named(eager_cache, "past_key_values"), buffers, "onnx", tolerance=ATOL, label="cache")
     with pytest.raises(RunnerInputError, match="input/output pairs"):
         run.run_with_shared_buffers({"input_ids": ids, "position_ids": torch.tensor([[6]])},
                                     {"logits": torch.zeros(1, 1, 128)})

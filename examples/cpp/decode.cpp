@@ -1,6 +1,6 @@
 // Greedy decode over an hfexport static-cache `decode` program (.pte) with ExecuTorch's C++ runtime.
 //
-// The zero-copy loop of the guide: the cache tensors are caller-owned buffers, bound both as the method's
+// The documented zero-copy decode loop: the cache tensors are caller-owned buffers, bound both as the method's
 // inputs (set_input shares the pointer when the program does not plan graph inputs) and as the outputs that
 // carry their new values (Method::set_output_data_ptr when it does not plan graph outputs). Each step then
 // writes the cache in place: nothing is copied between steps. Export the program with

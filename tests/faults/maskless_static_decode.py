@@ -1,4 +1,4 @@
-"""Fault: the static-cache decode graph is traced without its attention mask (the guide's loop passes one)."""
+"""Fault: the static-cache decode graph is traced without its attention mask (the documented decode loop passes one)."""
 
 from faults._base import each_backend, with_faults
 

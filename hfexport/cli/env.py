@@ -1,0 +1,68 @@
+"""``hfexport env``: installed versions beside the tested pins, and which export backends are usable here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Mapping
+
+from .errors import EXIT_OK
+from .progress import Progress
+
+
+def backend_status() -> list[dict[str, Any]]:
+    """Per registered backend: are its packages importable, does validate_environment pass, is there a
+    decode loop runner."""
+    import importlib
+
+    from .. import AUTO_EXPORTER_MAPPING
+    from ..environment import is_importable
+    from ..runtime.decode import DECODE_LOOPS
+
+    rows = []
+    for name, cls in sorted(AUTO_EXPORTER_MAPPING.items()):
+        missing = [p for p in cls.required_packages if not is_importable(p)]
+        row: dict[str, Any] = {"backend": name, "exporter": cls.__name__, "missing_packages": missing}
+        try:
+            cls.validate_environment()
+            row["environment"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            row["environment"] = f"{type(exc).__name__}: {exc}"
+        loop = DECODE_LOOPS.get(name)
+        if loop:
+            module, attr = loop.split(":")
+            try:
+                getattr(importlib.import_module(module), attr)
+                row["decode_loop"] = "ok"
+            except Exception as exc:  # noqa: BLE001
+                row["decode_loop"] = f"unavailable: {type(exc).__name__}: {exc}"
+        else:
+            row["decode_loop"] = "none"
+        row["usable"] = not missing and row["environment"] == "ok"
+        rows.append(row)
+    return rows
+
+
+def cmd_env(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str, Any]]:
+    from .. import __version__
+    from ..environment import environment_report
+
+    packages = [{"package": p.name, "pinned": p.pinned, "installed": p.installed,
+                 "status": "missing" if p.missing else ("DRIFT" if p.drift else "ok")} for p in environment_report()]
+    return EXIT_OK, {"hfexport": __version__, "python": sys.version.split()[0], "packages": packages,
+                     "backends": backend_status()}
+
+
+def format_env(result: Mapping[str, Any]) -> str:
+    lines = [f"hfexport {result['hfexport']} on Python {result['python']}", "",
+             f"{'package':<16} {'pinned':<12} {'installed':<16} status"]
+    for p in result["packages"]:
+        lines.append(f"{p['package']:<16} {p['pinned'] or '-':<12} {p['installed'] or '-':<16} {p['status']}")
+    drift = [p["package"] for p in result["packages"] if p["status"] != "ok"]
+    if drift:
+        lines.append(f"drift from the tested pins: {', '.join(drift)} (exports usually still work; pin for production)")
+    lines += ["", f"{'backend':<11} {'usable':<7} {'environment':<40} decode loop"]
+    for b in result["backends"]:
+        env = b["environment"] if len(b["environment"]) <= 40 else b["environment"][:37] + "..."
+        lines.append(f"{b['backend']:<11} {'yes' if b['usable'] else 'no':<7} {env:<40} {b['decode_loop'][:60]}")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""The two registries that let a backend be chosen at run time, by its ``export_format`` name.
+
+A third party adds a backend with two decorators::
+
+    @register_export_config("tflite")
+    @dataclass(eq=False)
+    class TfliteConfig(DynamoConfig):
+        export_format: ClassVar[str] = "tflite"
+
+    @register_exporter("tflite")
+    class TfliteExporter(DynamoExporter): ...
+
+This module imports nothing from hfexport, so ``configs``, ``base`` and ``auto`` all import from it
+and never from each other in a cycle. The class a registration must subclass is named by the module
+that defines it: ``hfexport.base`` marks ``HfExporter`` with ``@exporter_base`` and
+``hfexport.configs`` marks ``ExportConfigMixin`` with ``@config_base``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+AUTO_EXPORTER_MAPPING: dict[str, type] = {}
+AUTO_CONFIG_MAPPING: dict[str, type] = {}
+
+# The base class each registry accepts, set when hfexport.base and hfexport.configs load.
+_BASES: dict[str, type] = {}
+
+
+def exporter_base(cls: type) -> type:
+    """Class decorator for the base every registered exporter must subclass (``HfExporter``)."""
+    _BASES["exporter"] = cls
+    return cls
+
+
+def config_base(cls: type) -> type:
+    """Class decorator for the base every registered export config must subclass (``ExportConfigMixin``)."""
+    _BASES["config"] = cls
+    return cls
+
+
+def _key(name: Any) -> str:
+    return str(getattr(name, "value", name))
+
+
+def _check_subclass(kind: str, decorator: str, name: Any, cls: Any) -> None:
+    base = _BASES.get(kind)
+    if base is None:  # not reachable through `import hfexport`, which loads both bases first
+        raise RuntimeError(f"{decorator}({name!r}) was called before hfexport defined the {kind} base class; "
+                           "import hfexport first")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{decorator}({name!r}) needs a subclass of {base.__name__}, got {cls!r}")
+
+
+def register_exporter(name: str) -> Callable[[type], type]:
+    """Class decorator: make ``AutoHfExporter`` pick this exporter for ``export_format == name``."""
+
+    def decorator(cls: type) -> type:
+        _check_subclass("exporter", "register_exporter", name, cls)
+        AUTO_EXPORTER_MAPPING[_key(name)] = cls
+        return cls
+
+    return decorator
+
+
+def register_export_config(name: str) -> Callable[[type], type]:
+    """Class decorator: make ``AutoExportConfig`` build this class for ``export_format == name``."""
+
+    def decorator(cls: type) -> type:
+        _check_subclass("config", "register_export_config", name, cls)
+        AUTO_CONFIG_MAPPING[_key(name)] = cls
+        return cls
+
+    return decorator
+
+
+def _unknown(kind: str, name: Any, known: Mapping[str, Any]) -> ValueError:
+    return ValueError(f"unknown export_format {_key(name)!r} for {kind}; known formats: {sorted(known)}")
+
+
+def config_class_for(name: Any) -> type:
+    """The config class registered for the format ``name``; ValueError listing the known formats otherwise."""
+    try:
+        return AUTO_CONFIG_MAPPING[_key(name)]
+    except KeyError:
+        raise _unknown("AutoExportConfig", name, AUTO_CONFIG_MAPPING) from None
+
+
+def exporter_class_for(name: Any) -> type:
+    """The exporter class registered for the format ``name``; ValueError listing the known formats otherwise."""
+    try:
+        return AUTO_EXPORTER_MAPPING[_key(name)]
+    except KeyError:
+        raise _unknown("AutoHfExporter", name, AUTO_EXPORTER_MAPPING) from None
