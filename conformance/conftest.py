@@ -9,9 +9,10 @@ with ``pytest_hfexport.reference``: it imports nothing from the implementation i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -25,15 +26,16 @@ MAX_CACHE_LEN = 64
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "hfexport_case(model, check): the subject and check a test measures "
-                                       "(the report's model/backend/check key)")
+    config.addinivalue_line(
+        "markers",
+        "hfexport_case(model, check): the subject and check a test measures (the report's model/backend/check key)",
+    )
 
 
 def case(entry_or_name: Any, check: str, *, id: str | None = None, values: tuple = ()) -> Any:
     """One pytest param keyed for the report as (subject, check)."""
     name = getattr(entry_or_name, "name", entry_or_name)
-    return pytest.param(*(values or (entry_or_name,)), id=id or name,
-                        marks=[pytest.mark.hfexport_case(name, check)])
+    return pytest.param(*(values or (entry_or_name,)), id=id or name, marks=[pytest.mark.hfexport_case(name, check)])
 
 
 def entry_params(check: str, key: str | None = None, names: tuple[str, ...] | None = None) -> list[Any]:
@@ -116,9 +118,10 @@ def exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend:
 def static_options() -> dict[str, Any]:
     import transformers
 
-    return {"multi_token_decode": True,
-            "generation_config": transformers.GenerationConfig(cache_implementation="static",
-                                                               max_cache_len=MAX_CACHE_LEN)}
+    return {
+        "multi_token_decode": True,
+        "generation_config": transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN),
+    }
 
 
 # -- tiers and known failures -------------------------------------------------------------------------------
@@ -129,14 +132,29 @@ def static_options() -> dict[str, Any]:
 _ET_DEFAULT = {"llama", "bert", "vit"}
 DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
     **{(check, "executorch"): _ET_DEFAULT for check in ("export", "export_batch", "shapes")},
-    **{(check, "executorch"): {"llama"} for check in ("generation", "generation_batch", "generation_tokens",
-                                                      "static_cache", "static_cache_batch", "static_cache_in_place")},
+    **{
+        (check, "executorch"): {"llama"}
+        for check in (
+            "generation",
+            "generation_batch",
+            "generation_tokens",
+            "static_cache",
+            "static_cache_batch",
+            "static_cache_in_place",
+        )
+    },
     **{(check, "executorch"): set() for check in ("multi_token_decode", "multi_token_decode_batch")},
     ("hygiene", "executorch"): {"llama", "qwen2_vl"},
-    **{(check, backend): {"llama", "gemma3", "qwen3_moe", "t5", "mamba"} for backend in ("dynamo", "onnx")
-       for check in ("multi_token_decode", "multi_token_decode_batch")},
-    **{(check, backend): {"llama", "qwen2", "gemma3", "qwen3_moe", "gpt2"} for backend in ("dynamo", "onnx")
-       for check in ("static_cache", "static_cache_batch", "static_cache_in_place")},
+    **{
+        (check, backend): {"llama", "gemma3", "qwen3_moe", "t5", "mamba"}
+        for backend in ("dynamo", "onnx")
+        for check in ("multi_token_decode", "multi_token_decode_batch")
+    },
+    **{
+        (check, backend): {"llama", "qwen2", "gemma3", "qwen3_moe", "gpt2"}
+        for backend in ("dynamo", "onnx")
+        for check in ("static_cache", "static_cache_batch", "static_cache_in_place")
+    },
 }
 
 

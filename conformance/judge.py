@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_hfexport.compare import compare
 from pytest_hfexport.naming import flat_named

@@ -111,7 +111,10 @@ def apply_known_failures(rows: list[Row], path: Path = KNOWN_FAILURES) -> None:
 
 
 def format_table(rows: list[Row]) -> str:
-    head = f"{'model':<11} {'backend':<10} {'status':<6} {'export s':>8} {'err@sample':>11} {'err@other':>10}  shapes      note"
+    head = (
+        f"{'model':<11} {'backend':<10} {'status':<6} {'export s':>8} {'err@sample':>11} {'err@other':>10}  "
+        "shapes      note"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         fmt = lambda e: "-" if e is None else f"{e:.1e}"  # noqa: E731
@@ -121,8 +124,10 @@ def format_table(rows: list[Row]) -> str:
         )
     counts = {status: sum(r.status == status for r in rows) for status in ("pass", "xfail")}
     failed = len(rows) - counts["pass"] - counts["xfail"]
-    lines.append(f"{counts['pass']} passed, {failed} failed, {counts['xfail']} xfailed (known failures: "
-                 f"{KNOWN_FAILURES.relative_to(Path(__file__).parent.parent)})")
+    lines.append(
+        f"{counts['pass']} passed, {failed} failed, {counts['xfail']} xfailed (known failures: "
+        f"{KNOWN_FAILURES.relative_to(Path(__file__).parent.parent)})"
+    )
     return "\n".join(lines)
 
 
@@ -143,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         for entry in entries:
             for backend in backends:
                 row = measure(entry, backend, Path(tmp), args.impl)
-                print(f"  {row.model}/{row.backend}: {row.status} ({row.export_s:.1f}s) {row.message}", file=sys.stderr, flush=True)
+                print(
+                    f"  {row.model}/{row.backend}: {row.status} ({row.export_s:.1f}s) {row.message}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 rows.append(row)
     apply_known_failures(rows)
     print(format_table(rows))

@@ -19,8 +19,10 @@ from typing import Any
 
 from pytest_hfexport.report import COUNTED, SYMBOL, count_table, merge_statuses
 
-COMMAND = ("python -m pytest -n 2 --dist loadgroup conformance -p no:cacheprovider --hfexport-impl={impl} "
-           "--hfexport-backend=all --hfexport-report out/conformance-{impl}.json")
+COMMAND = (
+    "python -m pytest -n 2 --dist loadgroup conformance -p no:cacheprovider --hfexport-impl={impl} "
+    "--hfexport-backend=all --hfexport-report out/conformance-{impl}.json"
+)
 
 
 def model_matrix(rows: list[dict[str, Any]], markdown: bool) -> list[str]:
@@ -49,8 +51,11 @@ def totals(data: dict[str, Any]) -> str:
         cells[fold.get(status, status)] += 1
     wall = data.get("wall_s")
     wall_text = f"{int(wall // 60)} min {wall % 60:.0f} s" if isinstance(wall, (int, float)) else "not recorded"
-    return (f"tests: {tests or 'none'}; cells (model x backend x check): "
-            + ", ".join(f"{n} {s}" for s, n in cells.items()) + f"; wall time {wall_text}")
+    return (
+        f"tests: {tests or 'none'}; cells (model x backend x check): "
+        + ", ".join(f"{n} {s}" for s, n in cells.items())
+        + f"; wall time {wall_text}"
+    )
 
 
 def render(data: dict[str, Any], markdown: bool) -> list[str]:
@@ -59,17 +64,25 @@ def render(data: dict[str, Any], markdown: bool) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in sorted(data.get("versions", {}).items()) if v)
     out = [f"### {impl}" if markdown else f"implementation: {impl}", ""]
     out += [f"Measured {data.get('created', '?')} on backends {','.join(data.get('backends', []))}; {versions}.", ""]
-    out += [f"Command: `{COMMAND.format(impl=impl)}`, then `python -m conformance.report "
-            f"out/conformance-{impl}.json --markdown`.", ""]
+    out += [
+        f"Command: `{COMMAND.format(impl=impl)}`, then `python -m conformance.report "
+        f"out/conformance-{impl}.json --markdown`.",
+        "",
+    ]
     out += [f"Totals: {totals(data)}.", ""]
     out += ["Counts per check and backend (cells), as pass/fail/xfail/unsupported:", ""]
-    out += count_table(rows, markdown=markdown)[0 if markdown else 1:]
+    out += count_table(rows, markdown=markdown)[0 if markdown else 1 :]
     gaps = data.get("declared_gaps") or {}
     out += ["", "Gaps the implementation declares (the only source of `unsupported`):", ""]
     out += [f"- `{k}`: {v}" for k, v in sorted(gaps.items())] or ["- none"]
     out += ["", "Per model:", ""] + model_matrix(rows, markdown)
-    xfails = sorted({(r["model"], r["backend"], r["check"], (r.get("message") or "").splitlines()[0][:240])
-                     for r in rows if r["status"] == "xfail"})
+    xfails = sorted(
+        {
+            (r["model"], r["backend"], r["check"], (r.get("message") or "").splitlines()[0][:240])
+            for r in rows
+            if r["status"] == "xfail"
+        }
+    )
     if xfails:
         out += ["", "Known failures (measured messages):", ""]
         out += [f"- {m}/{b}/{c}: {msg}" for m, b, c, msg in xfails]

@@ -17,10 +17,21 @@ from conformance.conftest import case
 
 BACKENDS = ("dynamo", "onnx", "executorch")
 # A value other than each known field's default (by field name); an unknown field gets one from its type.
-NON_DEFAULT = {"dynamic": True, "strict": True, "prefer_deferred_runtime_asserts_over_guards": True,
-               "output_path": "model.onnx", "opset_version": 20, "external_data": False, "optimize": False,
-               "export_params": False, "keep_initializers_as_inputs": True, "backend": "cuda",
-               "alloc_graph_input": False, "alloc_graph_output": False, "alloc_mutable_buffers": False}
+NON_DEFAULT = {
+    "dynamic": True,
+    "strict": True,
+    "prefer_deferred_runtime_asserts_over_guards": True,
+    "output_path": "model.onnx",
+    "opset_version": 20,
+    "external_data": False,
+    "optimize": False,
+    "export_params": False,
+    "keep_initializers_as_inputs": True,
+    "backend": "cuda",
+    "alloc_graph_input": False,
+    "alloc_graph_output": False,
+    "alloc_mutable_buffers": False,
+}
 
 
 def api_case(subject: str) -> Any:
@@ -55,7 +66,10 @@ def _same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if hasattr(a, "min") and hasattr(a, "max") and hasattr(a, "__name__"):
         return (getattr(b, "__name__", None), getattr(b, "min", None), getattr(b, "max", None)) == (
-            a.__name__, a.min, a.max)
+            a.__name__,
+            a.min,
+            a.max,
+        )
     return a == b
 
 
@@ -86,8 +100,9 @@ def test_config_round_trips_every_field(subject, hfexport_implementation, hfexpo
     for label, back in (("to_dict/from_dict", via_dict), ("to_dict/JSON/from_dict", via_json)):
         assert type(back) is type(config), f"{label} gave a {type(back).__name__}, not a {type(config).__name__}"
         lost = sorted(k for k, v in _fields(config).items() if not _same(v, getattr(back, k, None)))
-        assert not lost, (f"{label} lost {lost}: {[(k, getattr(config, k), getattr(back, k, None)) for k in lost]}"
-                          + (f" (fields left at their defaults: {unchanged})" if unchanged else ""))
+        assert not lost, f"{label} lost {lost}: {[(k, getattr(config, k), getattr(back, k, None)) for k in lost]}" + (
+            f" (fields left at their defaults: {unchanged})" if unchanged else ""
+        )
         fmt = getattr(back.export_format, "value", back.export_format)
         assert str(fmt) == hfexport_backend
 
@@ -115,7 +130,8 @@ def test_exporter_refuses_another_backends_config(subject, hfexport_implementati
             adapter.export(exporter, model, {"input": torch.randn(1, 2)}, adapter.config(other))
         text = str(raised.value)
         assert hfexport_backend in text.lower() and other in text.lower(), (
-            f"the error does not name both backends ({hfexport_backend!r}, {other!r}): {text}")
+            f"the error does not name both backends ({hfexport_backend!r}, {other!r}): {text}"
+        )
 
 
 @pytest.mark.parametrize("subject", [api_case("registration")])
@@ -126,11 +142,11 @@ def test_registered_backend_round_trips_through_the_auto_classes(subject, hfexpo
     name = f"conformance_{hfexport_backend}"
     base_config = type(adapter.config(hfexport_backend))
     base_exporter = type(adapter.exporter(hfexport_backend))
-    config_cls = dataclasses.make_dataclass(f"Conformance{base_config.__name__}", [], bases=(base_config,),
-                                            eq=False)
+    config_cls = dataclasses.make_dataclass(f"Conformance{base_config.__name__}", [], bases=(base_config,), eq=False)
     config_cls.export_format = name  # type: ignore[attr-defined]
-    exporter_cls = type(f"Conformance{base_exporter.__name__}", (base_exporter,),
-                        {"export_format": name, "config_class": config_cls})
+    exporter_cls = type(
+        f"Conformance{base_exporter.__name__}", (base_exporter,), {"export_format": name, "config_class": config_cls}
+    )
     adapter.register_backend(name, exporter_cls, config_cls)
     try:
         config = api.AutoExportConfig.from_dict({"export_format": name, "dynamic": True})
@@ -139,8 +155,11 @@ def test_registered_backend_round_trips_through_the_auto_classes(subject, hfexpo
     finally:
         adapter.unregister_backend(name)
     with pytest.raises((TypeError, ValueError)):
-        adapter.register_backend(f"{name}_bad", type("NotAnExporter", (), {"export_format": f"{name}_bad",
-                                                                          "config_class": config_cls}), config_cls)
+        adapter.register_backend(
+            f"{name}_bad",
+            type("NotAnExporter", (), {"export_format": f"{name}_bad", "config_class": config_cls}),
+            config_cls,
+        )
     adapter.unregister_backend(f"{name}_bad")
 
 
@@ -212,8 +231,9 @@ class _collect:
         import warnings
 
         self.handler = _Records()
-        self.loggers = [logging.getLogger()] + [lg for lg in logging.root.manager.loggerDict.values()
-                                                if isinstance(lg, logging.Logger) and not lg.propagate]
+        self.loggers = [logging.getLogger()] + [
+            lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger) and not lg.propagate
+        ]
         for logger in self.loggers:
             logger.addHandler(self.handler)
         self.catcher = warnings.catch_warnings(record=True)

@@ -12,8 +12,13 @@ import pytest
 
 from conformance.conftest import NEW_TOKENS, entry_params
 from conformance.judge import assert_matches
-from pytest_hfexport.reference import (capture_generation, component_modules, eager_tokens, expected_components,
-                                      generation_config)
+from pytest_hfexport.reference import (
+    capture_generation,
+    component_modules,
+    eager_tokens,
+    expected_components,
+    generation_config,
+)
 from pytest_hfexport.serving import served_tokens
 
 
@@ -24,10 +29,16 @@ def check_components(result, kinds, backend):
         expected = expected_components(model, capture)
         assert set(result.programs) == expected, (
             f"export_for_generation returned {sorted(result.programs)}; for {type(model).__name__} the split is "
-            f"{sorted(expected)}")
+            f"{sorted(expected)}"
+        )
         for name in sorted(result.programs):
-            assert_matches(modules[name], capture.call(name), result.runners[name], backend,
-                           f"component {name!r} on the {kind} prompt")
+            assert_matches(
+                modules[name],
+                capture.call(name),
+                result.runners[name],
+                backend,
+                f"component {name!r} on the {kind} prompt",
+            )
 
 
 def assert_tokens(got, expected, what):
@@ -44,18 +55,25 @@ def test_components_serve_a_padded_batch(entry, exported, hfexport_backend):
     result = exported(entry, generation=True)
     check_components(result, ("batch",), hfexport_backend)
     inputs = entry.input_sets(result.model, ("batch",))["batch"]
-    assert_tokens(served_tokens(result.model, result.runners, inputs, NEW_TOKENS),
-                  eager_tokens(result.model, inputs, NEW_TOKENS), "served components, padded batch")
+    assert_tokens(
+        served_tokens(result.model, result.runners, inputs, NEW_TOKENS),
+        eager_tokens(result.model, inputs, NEW_TOKENS),
+        "served components, padded batch",
+    )
 
 
 @pytest.mark.parametrize("entry", entry_params("generation", key="generation_tokens"))
-def test_served_components_generate_eager_tokens(entry, exported, hfexport_implementation, hfexport_backend,
-                                                 monkeypatch):
+def test_served_components_generate_eager_tokens(
+    entry, exported, hfexport_implementation, hfexport_backend, monkeypatch
+):
     adapter = hfexport_implementation
     result = exported(entry, generation=True)
     expected = eager_tokens(result.model, result.inputs, NEW_TOKENS)
-    assert_tokens(served_tokens(result.model, result.runners, result.inputs, NEW_TOKENS), expected,
-                  "generate() with every component served by its artifact")
+    assert_tokens(
+        served_tokens(result.model, result.runners, result.inputs, NEW_TOKENS),
+        expected,
+        "generate() with every component served by its artifact",
+    )
     if adapter.declared_gap("serve", hfexport_backend) is None:
         # The implementation's own serving must really run the artifacts it loads: count their calls.
         calls: dict[str, int] = {}
@@ -71,8 +89,9 @@ def test_served_components_generate_eager_tokens(entry, exported, hfexport_imple
             return run
 
         monkeypatch.setattr(adapter, "load", counting_load)
-        got = adapter.serve(result.model, result.paths, result.inputs, NEW_TOKENS,
-                            generation_config(result.model, NEW_TOKENS))
+        got = adapter.serve(
+            result.model, result.paths, result.inputs, NEW_TOKENS, generation_config(result.model, NEW_TOKENS)
+        )
         monkeypatch.undo()
         assert_tokens(got, expected, f"{adapter.name}'s own serving of the components")
         idle = sorted(name for name, path in result.paths.items() if not calls.get(str(path)))

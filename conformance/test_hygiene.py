@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -29,10 +30,15 @@ MARK = "injected by the conformance suite"
 # every implementation of the API must pass through (torch's own entry points, the backend's own classes).
 INJECTION_POINTS: dict[str, dict[str, tuple[str, str]]] = {
     "after-trace": {b: ("torch.export", "export") for b in ("dynamo", "onnx", "executorch")},
-    "lowering": {"onnx": ("torch.onnx._internal.exporter._core", "_exported_program_to_onnx_program"),
-                 "executorch": ("executorch.exir.program._program.EdgeProgramManager", "to_executorch")},
-    "save": {"dynamo": ("torch.export", "save"), "onnx": ("onnx_ir", "save"),
-             "executorch": ("executorch.exir.program._program.ExecutorchProgramManager", "write_to_file")},
+    "lowering": {
+        "onnx": ("torch.onnx._internal.exporter._core", "_exported_program_to_onnx_program"),
+        "executorch": ("executorch.exir.program._program.EdgeProgramManager", "to_executorch"),
+    },
+    "save": {
+        "dynamo": ("torch.export", "save"),
+        "onnx": ("onnx_ir", "save"),
+        "executorch": ("executorch.exir.program._program.ExecutorchProgramManager", "write_to_file"),
+    },
 }
 
 
@@ -126,12 +132,14 @@ def test_export_for_generation_leaves_everything_as_it_was(entry, hfexport_imple
     model = entry.model()
     inputs = entry.sample_inputs(model)
     before = snapshot(model, inputs)
-    adapter.export_for_generation(adapter.exporter(hfexport_backend), model, inputs,
-                                  adapter.config(hfexport_backend, dynamic=True))
+    adapter.export_for_generation(
+        adapter.exporter(hfexport_backend), model, inputs, adapter.config(hfexport_backend, dynamic=True)
+    )
     assert_clean(before, model, inputs, f"export_for_generation of {entry.name}")
 
 
 # -- failures injected at each stage -------------------------------------------------------------------------
+
 
 def _export_failing_at(stage: str, adapter: Any, backend: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Export llama with a failure injected at ``stage``, then check nothing was left behind."""
@@ -150,6 +158,7 @@ def _export_failing_at(stage: str, adapter: Any, backend: str, monkeypatch: pyte
         assert fired["fired"] and _mentions_mark(raised.value), f"the save never reached the writer: {raised.value}"
         assert _files(directory) == [], f"a failed save left files behind: {_files(directory)}"
     elif stage == "trace":
+
         def boom(self: Any, *args: Any, **kwargs: Any) -> Any:
             raise Injected(f"{MARK} (trace)")
 
@@ -162,36 +171,48 @@ def _export_failing_at(stage: str, adapter: Any, backend: str, monkeypatch: pyte
         with inject(monkeypatch, stage, backend) as fired, pytest.raises(Exception) as raised:
             adapter.export(exporter, model, inputs, config)
         assert fired["fired"] and _mentions_mark(raised.value), (
-            f"the export never reached the {stage} stage's entry point, or failed otherwise: {raised.value}")
+            f"the export never reached the {stage} stage's entry point, or failed otherwise: {raised.value}"
+        )
     assert_clean(before, model, inputs, f"an export that failed at {stage}")
 
 
-@pytest.mark.parametrize("stage", [case(f"llama/{s}-failure", "hygiene", id=f"llama-{s}-failure", values=(s,))
-                                   for s in ("trace", "after-trace", "save")])
-def test_failed_export_leaves_everything_as_it_was(stage, hfexport_implementation, hfexport_backend, monkeypatch,
-                                                   tmp_path):
+@pytest.mark.parametrize(
+    "stage",
+    [
+        case(f"llama/{s}-failure", "hygiene", id=f"llama-{s}-failure", values=(s,))
+        for s in ("trace", "after-trace", "save")
+    ],
+)
+def test_failed_export_leaves_everything_as_it_was(
+    stage, hfexport_implementation, hfexport_backend, monkeypatch, tmp_path
+):
     _export_failing_at(stage, hfexport_implementation, hfexport_backend, monkeypatch, tmp_path)
 
 
 @pytest.mark.hfexport_backend("onnx", "executorch")  # dynamo has no lowering after the trace
-@pytest.mark.parametrize("stage", [case("llama/lowering-failure", "hygiene", id="llama-lowering-failure",
-                                        values=("lowering",))])
-def test_failed_lowering_leaves_everything_as_it_was(stage, hfexport_implementation, hfexport_backend, monkeypatch,
-                                                     tmp_path):
+@pytest.mark.parametrize(
+    "stage", [case("llama/lowering-failure", "hygiene", id="llama-lowering-failure", values=("lowering",))]
+)
+def test_failed_lowering_leaves_everything_as_it_was(
+    stage, hfexport_implementation, hfexport_backend, monkeypatch, tmp_path
+):
     _export_failing_at(stage, hfexport_implementation, hfexport_backend, monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("entry", [case(get("llama"), "hygiene", id="llama-generation-failure")])
-def test_failed_export_for_generation_leaves_everything_as_it_was(entry, hfexport_implementation, hfexport_backend,
-                                                                  monkeypatch):
+def test_failed_export_for_generation_leaves_everything_as_it_was(
+    entry, hfexport_implementation, hfexport_backend, monkeypatch
+):
     adapter = hfexport_implementation
     adapter.require("export_for_generation", hfexport_backend)
     model = entry.model()
     inputs = entry.sample_inputs(model)
     exporter = adapter.exporter(hfexport_backend)
     before = snapshot(model, inputs)
-    with inject(monkeypatch, "after-trace", hfexport_backend, after_calls=1) as fired, \
-            pytest.raises(Exception) as raised:
+    with (
+        inject(monkeypatch, "after-trace", hfexport_backend, after_calls=1) as fired,
+        pytest.raises(Exception) as raised,
+    ):
         adapter.export_for_generation(exporter, model, inputs, adapter.config(hfexport_backend, dynamic=True))
     assert fired["fired"] and _mentions_mark(raised.value), f"the second component's trace never failed: {raised.value}"
     assert_clean(before, model, inputs, "an export_for_generation that failed at its second component")

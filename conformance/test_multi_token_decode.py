@@ -14,22 +14,31 @@ from pytest_hfexport.reference import decode_block
 
 
 def block_params(key: str) -> list:
-    return [case(entry, key, id=f"{entry.name}-{k}", values=(entry, k))
-            for entry in select(check="multi_token_decode") for k in entry.query_tokens]
+    return [
+        case(entry, key, id=f"{entry.name}-{k}", values=(entry, k))
+        for entry in select(check="multi_token_decode")
+        for k in entry.query_tokens
+    ]
 
 
 def check_decode(result, kinds, tokens, backend):
     for kind, inputs in result.entry.input_sets(result.model, kinds).items():
         call = decode_block(result.model, inputs, tokens)
-        assert_matches(result.model, call, result.runners["decode"], backend,
-                       f"decode of {tokens} query token(s) after the {kind} prompt")
+        assert_matches(
+            result.model,
+            call,
+            result.runners["decode"],
+            backend,
+            f"decode of {tokens} query token(s) after the {kind} prompt",
+        )
 
 
 @pytest.mark.parametrize("entry,tokens", block_params("multi_token_decode"))
 def test_one_decode_graph_serves_k_query_tokens(entry, tokens, exported, hfexport_implementation, hfexport_backend):
     hfexport_implementation.require("multi_token_decode", hfexport_backend)
-    check_decode(exported(entry, generation=True, multi_token_decode=True), ("sample", "other"), tokens,
-                 hfexport_backend)
+    check_decode(
+        exported(entry, generation=True, multi_token_decode=True), ("sample", "other"), tokens, hfexport_backend
+    )
 
 
 @pytest.mark.parametrize("entry,tokens", block_params("multi_token_decode_batch"))

@@ -3,7 +3,8 @@ Lengths are drawn from the entry's own range, not from the ranges the program de
 static under dynamic=True fails here."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conformance.conftest import entry_params
 from conformance.judge import assert_matches

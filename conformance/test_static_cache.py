@@ -26,8 +26,9 @@ def static_export(exported, adapter, backend, entry):
 def run_guide(result, adapter, backend, kind):
     inputs = result.entry.input_sets(result.model, (kind,))[kind]
     ref = static_reference(result.model, inputs, NEW_TOKENS, MAX_CACHE_LEN)
-    session = open_guide(adapter.raw_artifact(result.paths["decode"]), backend, MAX_CACHE_LEN,
-                         batch=inputs["input_ids"].shape[0])
+    session = open_guide(
+        adapter.raw_artifact(result.paths["decode"]), backend, MAX_CACHE_LEN, batch=inputs["input_ids"].shape[0]
+    )
     drive(session, ref, backend, schedule(NEW_TOKENS), label=f"{kind} prompt, ")
 
 

@@ -12,8 +12,9 @@ overridden per model (one value) and per output (a dict of output names or ``fnm
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def default_tolerance(backend: str, dtype: Any) -> Tolerance:
     return Tolerance(base)
 
 
-ToleranceSpec = Union[None, float, Tolerance, Mapping[str, Union[float, Tolerance]]]
+ToleranceSpec = None | float | Tolerance | Mapping[str, float | Tolerance]
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -114,8 +115,7 @@ class CompareResult:
 
     @property
     def ok(self) -> bool:
-        return (not self.missing and not (self.strict_names and self.extra)
-                and all(d.ok for d in self.outputs.values()))
+        return not self.missing and not (self.strict_names and self.extra) and all(d.ok for d in self.outputs.values())
 
     @property
     def worst(self) -> OutputDiff | None:
@@ -144,13 +144,25 @@ class CompareResult:
         return "\n  ".join([head, *self.failures()])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "label": self.label, "missing": list(self.missing),
-                "extra": list(self.extra),
-                "outputs": {k: {**asdict(v), "tolerance": asdict(v.tolerance)} for k, v in self.outputs.items()}}
+        return {
+            "backend": self.backend,
+            "label": self.label,
+            "missing": list(self.missing),
+            "extra": list(self.extra),
+            "outputs": {k: {**asdict(v), "tolerance": asdict(v.tolerance)} for k, v in self.outputs.items()},
+        }
 
 
-def compare(expected: Mapping[str, Any], got: Mapping[str, Any], backend: str, *, tolerance: ToleranceSpec = None,
-            output_tolerance: ToleranceSpec = None, label: str = "sample", strict_names: bool = False) -> CompareResult:
+def compare(
+    expected: Mapping[str, Any],
+    got: Mapping[str, Any],
+    backend: str,
+    *,
+    tolerance: ToleranceSpec = None,
+    output_tolerance: ToleranceSpec = None,
+    label: str = "sample",
+    strict_names: bool = False,
+) -> CompareResult:
     """Compare flat named eager outputs with flat named exported outputs.
 
     Exported outputs eager lacks are listed in ``result.extra``; they fail the comparison only with
@@ -167,8 +179,9 @@ def compare(expected: Mapping[str, Any], got: Mapping[str, Any], backend: str, *
         out = out if isinstance(out, torch.Tensor) else torch.as_tensor(out)
         ref_t = ref if isinstance(ref, torch.Tensor) else torch.as_tensor(ref)
         tol = tolerance_for(name, backend, ref_t.dtype, tolerance, output_tolerance)
-        diff = OutputDiff(name, tuple(out.shape), tuple(ref_t.shape), str(ref_t.dtype).replace("torch.", ""),
-                          0.0, 0.0, tol, True)
+        diff = OutputDiff(
+            name, tuple(out.shape), tuple(ref_t.shape), str(ref_t.dtype).replace("torch.", ""), 0.0, 0.0, tol, True
+        )
         if tuple(out.shape) != tuple(ref_t.shape):
             diff.ok, diff.note = False, f"shape {tuple(out.shape)} != eager {tuple(ref_t.shape)}"
             diff.max_abs = diff.max_rel = float("inf")
@@ -186,7 +199,9 @@ def compare(expected: Mapping[str, Any], got: Mapping[str, Any], backend: str, *
             # An integer where eager gives floats (or bool where eager gives ints) is a different output,
             # even where the values happen to agree.
             diff.ok = False
-            diff.note = (f"dtype {str(out.dtype).replace('torch.', '')} ({dtype_kind(out.dtype)}) != eager "
-                         f"{diff.dtype} ({dtype_kind(ref_t.dtype)})")
+            diff.note = (
+                f"dtype {str(out.dtype).replace('torch.', '')} ({dtype_kind(out.dtype)}) != eager "
+                f"{diff.dtype} ({dtype_kind(ref_t.dtype)})"
+            )
         result.outputs[name] = diff
     return result

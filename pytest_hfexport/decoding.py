@@ -17,8 +17,9 @@ then blocks of 1 or k tokens as the schedule says. After every call:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .compare import compare
 from .naming import flat_named
@@ -56,14 +57,22 @@ def static_reference(model: Any, inputs: Mapping[str, Any], tokens: int, max_cac
             if getattr(layer, "is_sliding", False):
                 for attr in ("keys", "values"):
                     sliding[f"past_key_values.layers.{i}.{attr}"] = int(getattr(layer, attr).shape[2])
-    return StaticReference(prompt, pads, capture.tokens, capture.logits,
-                           [flat_named(c, "past_key_values") for c in capture.caches], max_cache_len, sliding)
+    return StaticReference(
+        prompt,
+        pads,
+        capture.tokens,
+        capture.logits,
+        [flat_named(c, "past_key_values") for c in capture.caches],
+        max_cache_len,
+        sliding,
+    )
 
 
 def schedule(tokens: int, block: int = 3) -> list[int]:
     """Query blocks after the prompt: single tokens, then blocks of ``block`` (speculative acceptance), then
     single tokens to the end; ``tokens - 1`` tokens are fed (the last one is only produced)."""
-    plan, fed, remaining = [], 0, tokens - 1
+    plan: list[int] = []
+    fed, remaining = 0, tokens - 1
     while fed < remaining:
         k = block if (len(plan) >= 8 and len(plan) % 3 == 2 and fed + block <= remaining) else 1
         plan.append(k)
@@ -85,14 +94,17 @@ def drive(session: Any, ref: StaticReference, backend: str, blocks: Sequence[int
         for q, index in enumerate(produced):
             row = logits[:, q - len(produced)] if logits.shape[1] >= len(produced) else None
             if row is None:
-                raise DecodeMismatch(f"{label}call {call}: logits hold {logits.shape[1]} positions for "
-                                     f"{len(produced)} query tokens")
+                raise DecodeMismatch(
+                    f"{label}call {call}: logits hold {logits.shape[1]} positions for {len(produced)} query tokens"
+                )
             result = compare({"logits": ref.logits[index]}, {"logits": row}, backend, label=f"token {index}")
             if not result.ok:
                 raise DecodeMismatch(f"{label}call {call} (token {index}): " + "; ".join(result.failures()))
             want, got = ref.tokens[:, index].tolist(), row.argmax(-1).tolist()
             if want != got:
-                raise DecodeMismatch(f"{label}call {call}: greedy token {index} is {got}, eager generate() chose {want}")
+                raise DecodeMismatch(
+                    f"{label}call {call}: greedy token {index} is {got}, eager generate() chose {want}"
+                )
         _check_cache(session, ref, produced[-1] if produced else 0, filled, backend, f"{label}call {call}")
         if getattr(session, "in_place", True):
             pointers = _check_in_place(session, pointers, f"{label}call {call}")
@@ -104,7 +116,7 @@ def drive(session: Any, ref: StaticReference, backend: str, blocks: Sequence[int
     for k in blocks:
         calls += 1
         slots = torch.arange(prompt_len + produced - 1, prompt_len + produced - 1 + k)
-        fed = ref.tokens[:, produced - 1:produced - 1 + k]
+        fed = ref.tokens[:, produced - 1 : produced - 1 + k]
         logits = session.step(fed, slot_mask(slots, ref.pads, ref.max_cache_len), positions(slots, ref.pads))
         check(calls, logits, range(produced, produced + k), prompt_len + produced - 1 + k)
         produced += k
@@ -128,19 +140,22 @@ def _check_cache(session: Any, ref: StaticReference, call: int, filled: int, bac
         if name in ref.sliding and actual.dim() == 4 and actual.shape[2] != expected.shape[2]:
             window = ref.sliding[name]
             start = max(0, filled - window)
-            actual, expected = actual[:, :, start:filled], expected[:, :, :filled - start]
+            actual, expected = actual[:, :, start:filled], expected[:, :, : filled - start]
         elif actual.shape != expected.shape:
-            raise DecodeMismatch(f"{where}: cache {name} has shape {tuple(actual.shape)}, eager's "
-                                 f"{tuple(expected.shape)}")
+            raise DecodeMismatch(
+                f"{where}: cache {name} has shape {tuple(actual.shape)}, eager's {tuple(expected.shape)}"
+            )
         if actual.dim() == 4:  # slots of pad tokens hold whatever a pad query computed: not compared
             keep = torch.ones_like(actual, dtype=torch.bool)
             for row, pad in enumerate(ref.pads):
-                keep[row, :, :min(pad, keep.shape[2])] = False
+                keep[row, :, : min(pad, keep.shape[2])] = False
             actual, expected = torch.where(keep, actual, 0), torch.where(keep, expected, 0)
         result = compare({name: expected}, {name: actual}, backend, label="cache")
         if not result.ok:
-            raise DecodeMismatch(f"{where}: the caller's cache differs from eager's after the same tokens: "
-                                 + "; ".join(result.failures()))
+            raise DecodeMismatch(
+                f"{where}: the caller's cache differs from eager's after the same tokens: "
+                + "; ".join(result.failures())
+            )
 
 
 def _check_in_place(session: Any, before: dict[str, int], where: str) -> dict[str, int]:
@@ -149,9 +164,11 @@ def _check_in_place(session: Any, before: dict[str, int], where: str) -> dict[st
     now = {name: t.data_ptr() for name, t in tensors.items()}
     elsewhere = [n for n, ptr in now.items() if writes.get(n) != ptr]
     if elsewhere:
-        raise DecodeMismatch(f"{where}: the runtime did not write {elsewhere[:3]} into the caller's cache (it wrote "
-                             f"{'nowhere it reported' if not writes else 'to other memory'}); a loop that copies "
-                             "results back is not in place")
+        raise DecodeMismatch(
+            f"{where}: the runtime did not write {elsewhere[:3]} into the caller's cache (it wrote "
+            f"{'nowhere it reported' if not writes else 'to other memory'}); a loop that copies "
+            "results back is not in place"
+        )
     moved = [n for n, ptr in before.items() if now.get(n) != ptr]
     if moved:
         raise DecodeMismatch(f"{where}: the caller's cache tensors {moved[:3]} were replaced between steps")

@@ -19,8 +19,9 @@ returning ``(model, inputs)``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -56,13 +57,14 @@ class ModelCase:
         return callable(self.inputs)
 
     def sample_inputs(self, model: Any, batch: int | None = None, seq: int | None = None) -> dict[str, Any]:
-        if not self.sized:
+        if not callable(self.inputs):
             return copy.deepcopy(dict(self.inputs))
         import torch
 
         torch.manual_seed(self.seed + 1)
-        return dict(self.inputs(model, self.sample[0] if batch is None else batch,
-                                self.sample[1] if seq is None else seq))
+        return dict(
+            self.inputs(model, self.sample[0] if batch is None else batch, self.sample[1] if seq is None else seq)
+        )
 
     def other_inputs(self, model: Any) -> dict[str, Any] | None:
         return self.sample_inputs(model, *self.other) if self.sized else None
@@ -73,9 +75,13 @@ def as_case(obj: Any) -> ModelCase:
         return obj
     if hasattr(obj, "name") and hasattr(obj, "model") and hasattr(obj, "sample_inputs"):  # a zoo entry
         entry = obj
-        return ModelCase(entry.name, build=lambda: entry.model(),
-                         inputs=lambda model, b, s: entry.sample_inputs(model, b, s),
-                         sample=tuple(getattr(entry, "sample", (1, 6))), other=tuple(getattr(entry, "other", (2, 9))))
+        return ModelCase(
+            entry.name,
+            build=lambda: entry.model(),
+            inputs=lambda model, b, s: entry.sample_inputs(model, b, s),
+            sample=tuple(getattr(entry, "sample", (1, 6))),
+            other=tuple(getattr(entry, "other", (2, 9))),
+        )
     if callable(obj):
         return _FactoryCase(getattr(obj, "__name__", type(obj).__name__), factory=obj)
     raise TypeError(f"parametrize_with_checks takes ModelCase objects, zoo entries or factories, got {obj!r}")
@@ -104,6 +110,7 @@ class _FactoryCase(ModelCase):
 
 # -- the checks -------------------------------------------------------------------------------------
 
+
 def check_export(case: ModelCase, harness: Any, settings: Any) -> Any:
     """Export on the sample, save, load from disk, run on the sample and away from it (the case's other sizes, or
     the sample resized to another batch and length), compare with eager."""
@@ -111,11 +118,12 @@ def check_export(case: ModelCase, harness: Any, settings: Any) -> Any:
 
     model = case.model()
     sample = case.sample_inputs(model)
-    other = case.other_inputs(model)
+    other: Any = case.other_inputs(model)
     if other is None and dict(case.config).get("dynamic", True) and not dict(case.config).get("dynamic_shapes"):
         other = away_from_sample(sample)
-    return harness.export_and_compare(model, sample, other, check="export", name=case.name,
-                                      tolerance=case.tolerance, **dict(case.config))
+    return harness.export_and_compare(
+        model, sample, other, check="export", name=case.name, tolerance=case.tolerance, **dict(case.config)
+    )
 
 
 def check_shapes(case: ModelCase, harness: Any, settings: Any) -> Any:
@@ -135,8 +143,12 @@ def check_shapes(case: ModelCase, harness: Any, settings: Any) -> Any:
     m = harness.export_and_compare(model, sample, check="shapes", name=case.name, tolerance=case.tolerance, **config)
     max_examples = getattr(settings, "max_examples", None)
 
-    @hsettings(max_examples=max_examples or hsettings().max_examples, deadline=None, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @hsettings(
+        max_examples=max_examples or hsettings().max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
     @given(st.data())
     def run(data: Any) -> None:
         drawn = data.draw(strategies.sizes(1, 3, 2, 12), label="sizes")
@@ -168,8 +180,10 @@ def _resized_shapes(sample: Mapping[str, Any], batch: int, seq: int) -> dict[str
     sizes1 = {int(t.shape[1]) for t in tensors.values() if t.dim() >= 2}
     b0 = sizes0.pop() if len(sizes0) == 1 else None
     s0 = sizes1.pop() if len(sizes1) == 1 else None
-    return {k: [batch if i == 0 and d == b0 else seq if i == 1 and d == s0 else d for i, d in enumerate(t.shape)]
-            for k, t in tensors.items()}
+    return {
+        k: [batch if i == 0 and d == b0 else seq if i == 1 and d == s0 else d for i, d in enumerate(t.shape)]
+        for k, t in tensors.items()
+    }
 
 
 def strategies_flat(value: Any) -> dict[str, Any]:
@@ -203,8 +217,11 @@ def check_unchanged(case: ModelCase, harness: Any, settings: Any) -> Any:
         problems.append("eager outputs differ after the export: " + "; ".join(result.failures()))
     if problems:
         m.stage = "export"
-        m.message = "the export changed the caller's world: " + "; ".join(problems[:10]) + (
-            f" (the export itself failed: {failure})" if failure else "")
+        m.message = (
+            "the export changed the caller's world: "
+            + "; ".join(problems[:10])
+            + (f" (the export itself failed: {failure})" if failure else "")
+        )
     harness.record(m)
     if problems:
         raise ExportCheckError(f"{case.name}: {m.message}", "export", m)
@@ -254,8 +271,13 @@ class BoundCheck:
         return f"<check {self.case.name}/{self.backend}/{self.name}>"
 
 
-def parametrize_with_checks(models: Sequence[Any], *, checks: Sequence[str] | None = None,
-                            xfails: Mapping[str, str] | None = None, argname: str = CHECK_ARGNAME) -> Callable:
+def parametrize_with_checks(
+    models: Sequence[Any],
+    *,
+    checks: Sequence[str] | None = None,
+    xfails: Mapping[str, str] | None = None,
+    argname: str = CHECK_ARGNAME,
+) -> Callable:
     """Decorator: one test per model x check (x backend, added by the plugin).
 
     ``checks`` restricts the checks (default: each case's own, all of ``CHECKS`` by default). ``xfails`` maps
@@ -266,7 +288,7 @@ def parametrize_with_checks(models: Sequence[Any], *, checks: Sequence[str] | No
         raise ValueError(f"parametrize_with_checks: model names must be unique, got {names}")
     params = []
     for case in cases:
-        for check in (checks or case.checks):
+        for check in checks or case.checks:
             if check not in CHECKS:
                 raise ValueError(f"unknown check {check!r}; checks are {sorted(CHECKS)}")
             cc = CheckCase(case, check)

@@ -38,14 +38,20 @@ def hfexport_device(hfexport_settings: Settings) -> str:
 
 
 @pytest.fixture
-def hfexport_harness(request: pytest.FixtureRequest, hfexport_backend: str, hfexport_implementation: Any,
-                     hfexport_device: str, tmp_path: Path) -> Any:
+def hfexport_harness(
+    request: pytest.FixtureRequest,
+    hfexport_backend: str,
+    hfexport_implementation: Any,
+    hfexport_device: str,
+    tmp_path: Path,
+) -> Any:
     """Runs and records measurements for this test on its backend."""
     from .pipeline import Harness
 
     measurements = request.node.stash.setdefault(MEASUREMENTS, [])
-    return Harness(hfexport_implementation, hfexport_backend, hfexport_device, tmp_path / "hfexport",
-                   record=measurements.append)
+    return Harness(
+        hfexport_implementation, hfexport_backend, hfexport_device, tmp_path / "hfexport", record=measurements.append
+    )
 
 
 @pytest.fixture

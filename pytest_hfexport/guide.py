@@ -70,8 +70,10 @@ class DynamoGuide:
             program = torch.export.load(str(path))
         self.module = program.module()
         if program.example_inputs is None or CACHE_ARG not in program.example_inputs[1]:
-            raise GuideError(f"the program's example inputs hold no {CACHE_ARG!r} cache to rebuild (it takes "
-                             f"{sorted((program.example_inputs or ((), {}))[1])})")
+            raise GuideError(
+                f"the program's example inputs hold no {CACHE_ARG!r} cache to rebuild (it takes "
+                f"{sorted((program.example_inputs or ((), {}))[1])})"
+            )
         self.cache = _zeroed_for_batch(program.example_inputs[1][CACHE_ARG], batch)
         lengths = [t.shape[2] for n, t in flat_named(self.cache).items() if t.dim() == 4]
         self.max_cache_len = max(lengths) if lengths else 0
@@ -81,11 +83,16 @@ class DynamoGuide:
         import torch
 
         with torch.no_grad():
-            out = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                              past_key_values=self.cache)
+            out = self.module(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=self.cache,
+            )
         returned = out.get(CACHE_ARG) if hasattr(out, "get") else getattr(out, CACHE_ARG, None)
-        self._writes = {n: t.data_ptr() for n, t in flat_named(returned, CACHE_ARG).items()} if returned is not None \
-            else {}
+        self._writes = (
+            {n: t.data_ptr() for n, t in flat_named(returned, CACHE_ARG).items()} if returned is not None else {}
+        )
         return out["logits"] if hasattr(out, "__getitem__") else out.logits
 
     def cache_tensors(self) -> dict[str, Any]:
@@ -114,13 +121,17 @@ class OnnxGuide:
         for name, info in self.inputs.items():
             if not name.startswith("input."):
                 continue
-            dims = [batch if axis == 0 and not isinstance(d, int) else d if isinstance(d, int) else max_cache_len
-                    for axis, d in enumerate(info.shape)]
-            self.cache[name[len("input."):]] = torch.zeros(dims, dtype=ort_dtype(info.type))
+            dims = [
+                batch if axis == 0 and not isinstance(d, int) else d if isinstance(d, int) else max_cache_len
+                for axis, d in enumerate(info.shape)
+            ]
+            self.cache[name[len("input.") :]] = torch.zeros(dims, dtype=ort_dtype(info.type))
         unpaired = sorted(n for n in self.cache if f"output.{n}" not in self.outputs)
         if not self.cache or unpaired:
-            raise GuideError("the graph exposes no input./output. cache pairs to bind to one buffer"
-                             + (f" (unpaired: {unpaired})" if unpaired else f"; its inputs: {sorted(self.inputs)}"))
+            raise GuideError(
+                "the graph exposes no input./output. cache pairs to bind to one buffer"
+                + (f" (unpaired: {unpaired})" if unpaired else f"; its inputs: {sorted(self.inputs)}")
+            )
         self._writes: dict[str, int] = {}
 
     def step(self, input_ids: Any, attention_mask: Any, position_ids: Any) -> Any:
@@ -142,13 +153,13 @@ class OnnxGuide:
             binding.bind_input(f"input.{name}", "cpu", 0, buffer.numpy().dtype, list(buffer.shape), buffer.data_ptr())
         for name in self.outputs:  # in the graph's order: get_outputs() answers in binding order
             if name.startswith("output."):
-                buffer = self.cache[name[len("output."):]]
+                buffer = self.cache[name[len("output.") :]]
                 binding.bind_output(name, "cpu", 0, buffer.numpy().dtype, list(buffer.shape), buffer.data_ptr())
             else:
                 binding.bind_output(name, "cpu")
         self.session.run_with_iobinding(binding)
         values = dict(zip(self.outputs, binding.get_outputs()))
-        self._writes = {n[len("output."):]: v.data_ptr() for n, v in values.items() if n.startswith("output.")}
+        self._writes = {n[len("output.") :]: v.data_ptr() for n, v in values.items() if n.startswith("output.")}
         return torch.from_numpy(np.asarray(values["logits"].numpy()))
 
     def cache_tensors(self) -> dict[str, Any]:
@@ -167,7 +178,6 @@ class ExecutorchGuide:
 
     def __init__(self, path: Path, max_cache_len: int, batch: int = 1) -> None:
         import torch
-
         from executorch.runtime import Runtime
 
         from .runtime_types import executorch_dtype as dtype_of
@@ -176,12 +186,16 @@ class ExecutorchGuide:
         meta = self.method.metadata
         count = meta.num_inputs()
         if count < 4:
-            raise GuideError(f"the decode method takes {count} inputs; the guide's layout is [input_ids, "
-                             "attention_mask, position_ids, cache...]")
+            raise GuideError(
+                f"the decode method takes {count} inputs; the guide's layout is [input_ids, "
+                "attention_mask, position_ids, cache...]"
+            )
         kinds = [(dtype_of(meta.input_tensor_meta(i)), len(meta.input_tensor_meta(i).sizes())) for i in range(3)]
         if kinds != [(torch.int64, 2), (torch.bool, 4), (torch.int64, 2)]:
-            raise GuideError(f"the decode method's first inputs are {kinds} (dtype, rank); the guide's layout is "
-                             "[input_ids int64 2D, attention_mask bool 4D, position_ids int64 2D, cache...]")
+            raise GuideError(
+                f"the decode method's first inputs are {kinds} (dtype, rank); the guide's layout is "
+                "[input_ids int64 2D, attention_mask bool 4D, position_ids int64 2D, cache...]"
+            )
         self.cache = []
         for i in range(3, count):
             info = meta.input_tensor_meta(i)
@@ -216,8 +230,10 @@ def open_guide(path: Path, backend: str, max_cache_len: int, batch: int = 1) -> 
     if backend == "dynamo":
         session: Any = DynamoGuide(path, batch)
         if session.max_cache_len != max_cache_len:
-            raise GuideError(f"the program's example cache holds {session.max_cache_len} slots, the export asked for "
-                             f"max_cache_len={max_cache_len}")
+            raise GuideError(
+                f"the program's example cache holds {session.max_cache_len} slots, the export asked for "
+                f"max_cache_len={max_cache_len}"
+            )
         return session
     if backend == "onnx":
         return OnnxGuide(path, max_cache_len, batch)

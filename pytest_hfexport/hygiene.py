@@ -21,23 +21,62 @@ from __future__ import annotations
 import copy
 import sys
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 # Module prefixes whose attributes (and classes' attributes) are snapshotted.
-PATCHABLE_MODULES = ("transformers", "torch.nn", "torch.export", "torch.onnx", "torch._decomp", "torch.fx",
-                     "torch._export", "executorch.exir", "onnxscript", "onnx_ir")
+PATCHABLE_MODULES = (
+    "transformers",
+    "torch.nn",
+    "torch.export",
+    "torch.onnx",
+    "torch._decomp",
+    "torch.fx",
+    "torch._export",
+    "executorch.exir",
+    "onnxscript",
+    "onnx_ir",
+)
 PATCHABLE_EXACT = ("torch", "torch.functional", "torch.utils._pytree")
 # Attribute names that are bookkeeping, not behaviour (caches filled on use, warning registries).
-BOOKKEEPING = ("__warningregistry__", "_warned", "_LOGGED", "__cached__", "_lazy", "__spec__", "__loader__",
-               "_objects", "_modules", "_class_to_module", "_object_missing_backend")
-HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-              "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
-              "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
-GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                "_global_backward_pre_hooks", "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
-                "_global_module_registration_hooks", "_global_parameter_registration_hooks",
-                "_global_buffer_registration_hooks")
+BOOKKEEPING = (
+    "__warningregistry__",
+    "_warned",
+    "_LOGGED",
+    "__cached__",
+    "_lazy",
+    "__spec__",
+    "__loader__",
+    "_objects",
+    "_modules",
+    "_class_to_module",
+    "_object_missing_backend",
+)
+HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_forward_hooks_always_called",
+    "_global_forward_hooks_with_kwargs",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks",
+)
 
 
 @dataclass
@@ -109,8 +148,11 @@ def _attributes() -> dict[tuple[str, str], Any]:
             if isinstance(value, type) and id(value) not in seen_classes and getattr(value, "__module__", "") == name:
                 seen_classes.add(id(value))
                 for cattr, cvalue in list(vars(value).items()):
-                    if cattr in BOOKKEEPING or (cattr.startswith("__") and cattr not in ("__init__", "__call__")) \
-                            or not _behaviour(name, cvalue):
+                    if (
+                        cattr in BOOKKEEPING
+                        or (cattr.startswith("__") and cattr not in ("__init__", "__call__"))
+                        or not _behaviour(name, cvalue)
+                    ):
                         continue
                     found[(f"{name}.{value.__qualname__}", cattr)] = _value(cvalue)
     return found
@@ -134,8 +176,12 @@ def _torch_state() -> dict[str, Any]:
         value = getattr(module_mod, hooks, None)
         if value is not None:
             state[f"torch.nn global {hooks}"] = tuple(value.keys()) if hasattr(value, "keys") else len(value)
-    for config_name in ("torch._dynamo.config", "torch.fx.experimental._config", "torch._functorch.config",
-                        "torch._export.config"):
+    for config_name in (
+        "torch._dynamo.config",
+        "torch.fx.experimental._config",
+        "torch._functorch.config",
+        "torch._export.config",
+    ):
         config = sys.modules.get(config_name)
         if config is not None and hasattr(config, "get_config_copy"):
             for key, value in config.get_config_copy().items():
@@ -160,15 +206,18 @@ def _model_state(model: Any) -> dict[str, Any]:
             if value:
                 state[f"{where} {hooks}"] = tuple((k, id(v)) for k, v in value.items())
         state[f"{where} children"] = tuple(module._modules)
-    for kind, named in (("parameter", model.named_parameters(remove_duplicate=False)),
-                        ("buffer", model.named_buffers(remove_duplicate=False))):
+    for kind, named in (
+        ("parameter", model.named_parameters(remove_duplicate=False)),
+        ("buffer", model.named_buffers(remove_duplicate=False)),
+    ):
         for name, tensor in named:
             state[f"{kind} {name}"] = (id(tensor), tensor.detach().clone())
     config = getattr(model, "config", None)
     if config is not None:
         state["config"] = copy.deepcopy(config.to_dict())
-        configs = [("config", config)] + [(f"config.{k}", getattr(config, k, None))
-                                          for k in (getattr(config, "sub_configs", None) or {})]
+        configs = [("config", config)] + [
+            (f"config.{k}", getattr(config, k, None)) for k in (getattr(config, "sub_configs", None) or {})
+        ]
         for path, sub in configs:
             state[f"{path}._attn_implementation"] = getattr(sub, "_attn_implementation", None)
     generation = getattr(model, "generation_config", None)
@@ -213,8 +262,11 @@ def _diff(kind: str, before: Mapping[Any, Any], after: Mapping[Any, Any], report
         if key not in after:
             out.append(f"{kind}: {key} is gone")
         elif isinstance(value, Entries) and isinstance(after[key], Entries):
-            out += [f"{kind}: {key}[{entry}] {'is gone' if entry not in after[key] else 'changed'}"
-                    for entry, ident in value.items() if after[key].get(entry) != ident]
+            out += [
+                f"{kind}: {key}[{entry}] {'is gone' if entry not in after[key] else 'changed'}"
+                for entry, ident in value.items()
+                if after[key].get(entry) != ident
+            ]
         elif _differs(value, after[key]):
             out.append(f"{kind}: {key} changed")
     if report_added:

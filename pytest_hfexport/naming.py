@@ -14,7 +14,8 @@ naming of the implementation it judges.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 # Objects whose attributes are never walked: they hold no model state.
 _OPAQUE_MODULES = ("torch", "builtins", "numpy", "enum", "typing", "types")
@@ -24,7 +25,7 @@ def _walkable(value: Any) -> bool:
     if not hasattr(value, "__dict__") or isinstance(value, type):
         return False
     module = type(value).__module__ or ""
-    return not module.split(".")[0] in _OPAQUE_MODULES
+    return module.split(".")[0] not in _OPAQUE_MODULES
 
 
 def iter_named(value: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any, str]]:
@@ -88,16 +89,20 @@ def replace_named(value: Any, values: Mapping[str, Any], prefix: str = "") -> tu
                 return obj
             return values[name]
         if isinstance(obj, tuple):
-            return type(obj)(*(rebuild(c, join(i, base)) for i, c in enumerate(obj))) if hasattr(obj, "_fields") \
+            return (
+                type(obj)(*(rebuild(c, join(i, base)) for i, c in enumerate(obj)))
+                if hasattr(obj, "_fields")
                 else tuple(rebuild(c, join(i, base)) for i, c in enumerate(obj))
+            )
         if isinstance(obj, (Mapping, list)):
-            keys = list(obj.keys()) if isinstance(obj, Mapping) else list(range(len(obj)))
+            container: Any = obj  # mappings here are dicts or ModelOutputs: both take item assignment
+            keys = list(container.keys()) if isinstance(obj, Mapping) else list(range(len(obj)))
             for key in keys:
-                child = obj[key]
+                child = container[key]
                 if child is not None:
                     new = rebuild(child, join(key, base))
                     if new is not child:
-                        obj[key] = new
+                        container[key] = new
             return obj
         if _walkable(obj) and id(obj) not in seen:
             seen.add(id(obj))

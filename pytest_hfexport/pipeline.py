@@ -11,12 +11,13 @@ from __future__ import annotations
 import copy
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from .compare import CompareResult, ToleranceSpec, compare
 from .adapters import Adapter, Unsupported
+from .compare import CompareResult, ToleranceSpec, compare
 from .naming import flat_named
 
 STAGES = ("eager", "export", "lowering", "save", "load", "run", "mismatch")
@@ -25,7 +26,7 @@ STAGES = ("eager", "export", "lowering", "save", "load", "run", "mismatch")
 class ExportCheckError(Exception):
     """A stage of an export check failed; ``stage`` says which."""
 
-    def __init__(self, message: str, stage: str, measurement: "Measurement | None" = None) -> None:
+    def __init__(self, message: str, stage: str, measurement: Measurement | None = None) -> None:
         super().__init__(f"[{stage}] {message}")
         self.stage = stage
         self.measurement = measurement
@@ -81,10 +82,18 @@ class Measurement:
 
     def summary(self) -> dict[str, Any]:
         """JSON-safe: what the report row takes from a measurement."""
-        return {"model": self.model, "backend": self.backend, "check": self.check, "stage": self.stage,
-                "ok": self.ok, "max_abs": _finite(self.max_abs), "max_rel": _finite(self.max_rel),
-                "worst_output": self.worst_output, "seconds": round(self.total_seconds, 4),
-                "message": self.short_message()}
+        return {
+            "model": self.model,
+            "backend": self.backend,
+            "check": self.check,
+            "stage": self.stage,
+            "ok": self.ok,
+            "max_abs": _finite(self.max_abs),
+            "max_rel": _finite(self.max_rel),
+            "worst_output": self.worst_output,
+            "seconds": round(self.total_seconds, 4),
+            "message": self.short_message(),
+        }
 
     def short_message(self) -> str:
         """One line: the first failing output for a mismatch, else the error's first line."""
@@ -122,9 +131,15 @@ def model_name(model: Any) -> str:
 class Harness:
     """Runs measurements for one test: one implementation, one backend, one device."""
 
-    def __init__(self, implementation: Adapter, backend: str, device: str = "cpu",
-                 workdir: Path | None = None, record: Callable[[Measurement], None] | None = None,
-                 tolerance: ToleranceSpec = None) -> None:
+    def __init__(
+        self,
+        implementation: Adapter,
+        backend: str,
+        device: str = "cpu",
+        workdir: Path | None = None,
+        record: Callable[[Measurement], None] | None = None,
+        tolerance: ToleranceSpec = None,
+    ) -> None:
         self.implementation = implementation
         self.backend = backend
         self.device = device
@@ -145,15 +160,26 @@ class Harness:
         with torch.no_grad():
             return flat_named(model(**copy.deepcopy(dict(inputs))))
 
-    def export_and_compare(self, model: Any, inputs: Mapping[str, Any], other_inputs: Any = None, *,
-                           tolerance: ToleranceSpec = None, output_tolerance: ToleranceSpec = None,
-                           check: str = "export", name: str | None = None, from_disk: bool = True,
-                           **config: Any) -> Measurement:
+    def export_and_compare(
+        self,
+        model: Any,
+        inputs: Mapping[str, Any],
+        other_inputs: Any = None,
+        *,
+        tolerance: ToleranceSpec = None,
+        output_tolerance: ToleranceSpec = None,
+        check: str = "export",
+        name: str | None = None,
+        from_disk: bool = True,
+        **config: Any,
+    ) -> Measurement:
         """Export ``model`` on ``inputs``, run the artifact (from disk unless ``from_disk=False``) on
         ``inputs`` and on each of ``other_inputs`` (one dict or a list), compare with eager."""
         import torch
 
-        others = [] if other_inputs is None else [other_inputs] if isinstance(other_inputs, Mapping) else list(other_inputs)
+        others = (
+            [] if other_inputs is None else [other_inputs] if isinstance(other_inputs, Mapping) else list(other_inputs)
+        )
         if others and "dynamic" not in config and "dynamic_shapes" not in config:
             config["dynamic"] = True
         m = Measurement(name or model_name(model), self.backend, check, self.implementation.name, self.device)
@@ -169,8 +195,10 @@ class Harness:
         try:
             model = to_device(model, self.device) if self.device != "cpu" else model
             sets = [("sample", to_device(dict(inputs), self.device))]
-            sets += [(f"other{i}" if len(others) > 1 else "other", to_device(dict(o), self.device))
-                     for i, o in enumerate(others)]
+            sets += [
+                (f"other{i}" if len(others) > 1 else "other", to_device(dict(o), self.device))
+                for i, o in enumerate(others)
+            ]
             expected = [self.eager(model, s) for _, s in sets]
             lap("eager")
             stage = "export"
@@ -198,8 +226,16 @@ class Harness:
                     got = flat_named(runner(**copy.deepcopy(feed)))
                 lap("run")
                 stage = "mismatch"
-                m.results.append(compare(ref, got, self.backend, tolerance=_merge(self.tolerance, tolerance),
-                                         output_tolerance=output_tolerance, label=label))
+                m.results.append(
+                    compare(
+                        ref,
+                        got,
+                        self.backend,
+                        tolerance=_merge(self.tolerance, tolerance),
+                        output_tolerance=output_tolerance,
+                        label=label,
+                    )
+                )
         except Unsupported:
             raise
         except Exception as exc:
@@ -207,7 +243,7 @@ class Harness:
             m.message = f"{type(exc).__name__}: {exc}"
             lap(stage)
             self.record(m)
-            raise ExportCheckError(f"{m.model} on {self.backend}: {m.message}", m.stage, m) from exc
+            raise ExportCheckError(f"{m.model} on {self.backend}: {m.message}", m.stage or stage, m) from exc
         failed = [r for r in m.results if not r.ok]
         if failed:
             m.stage = "mismatch"

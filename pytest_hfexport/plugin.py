@@ -49,8 +49,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     # A test none of whose backends is selected is deselected, not skipped.
-    unbound = [i for i in items if "hfexport_backend" in getattr(i, "fixturenames", ())
-               and not isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("hfexport_backend"), str)]
+    unbound = [
+        i
+        for i in items
+        if "hfexport_backend" in getattr(i, "fixturenames", ())
+        and not isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("hfexport_backend"), str)
+    ]
     if unbound:
         config.hook.pytest_deselected(items=unbound)
         items[:] = [i for i in items if i not in unbound]
@@ -70,8 +74,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
         argname = marker.kwargs.get("argname", "check")
         value = pyfuncitem.funcargs.get(argname)
         if isinstance(value, CheckCase):
-            pyfuncitem.funcargs[argname] = BoundCheck(value.case, value.check, pyfuncitem.funcargs["hfexport_harness"],
-                                                      settings.settings_of(pyfuncitem.config))
+            pyfuncitem.funcargs[argname] = BoundCheck(
+                value.case,
+                value.check,
+                pyfuncitem.funcargs["hfexport_harness"],
+                settings.settings_of(pyfuncitem.config),
+            )
     return (yield)
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 # Components that stand for the top-level model's forward: which of its calls each one is.
 TOP_LEVEL = {"prefill": 0, "decode": 1}
@@ -115,13 +116,17 @@ def recording(modules: Mapping[str, Any], keep_caches: bool = False) -> Iterator
     capture = Capture()
     handles = []
     for name, module in modules.items():
+
         def pre(mod: Any, args: tuple, kwargs: dict, name: str = name) -> None:
             capture.calls.setdefault(name, []).append(copy.deepcopy(bind_call(mod, args, kwargs)))
+
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
     if keep_caches and "model" in modules:
+
         def post(mod: Any, args: tuple, kwargs: dict, output: Any) -> None:
             cache = getattr(output, "past_key_values", None) or getattr(output, "cache_params", None)
             capture.caches.append(copy.deepcopy(cache))
+
         handles.append(modules["model"].register_forward_hook(post, with_kwargs=True))
     try:
         yield capture
@@ -133,23 +138,27 @@ def recording(modules: Mapping[str, Any], keep_caches: bool = False) -> Iterator
 def new_tokens(sequences: Any, tokens: int) -> Any:
     """The tokens generate() added: the last ``tokens`` (with no EOS, it adds exactly that many; encoder-decoders
     may also prepend a start token to the decoder prompt)."""
-    return sequences[:, sequences.shape[1] - tokens:]
+    return sequences[:, sequences.shape[1] - tokens :]
 
 
-def capture_generation(model: Any, inputs: Mapping[str, Any], tokens: int, generation: Any = None,
-                       keep_caches: bool = False) -> Capture:
+def capture_generation(
+    model: Any, inputs: Mapping[str, Any], tokens: int, generation: Any = None, keep_caches: bool = False
+) -> Capture:
     """Run eager greedy ``generate()`` for ``tokens`` new tokens and record every component's calls."""
     import torch
 
     modules = {"model": model, **{k: v for k, v in component_modules(model).items() if k not in TOP_LEVEL}}
     config = generation_config(model, tokens, generation)
     with torch.no_grad(), recording(modules, keep_caches) as capture:
-        out = model.generate(**copy.deepcopy(dict(inputs)), generation_config=config, return_dict_in_generate=True,
-                             output_logits=True)
+        out = model.generate(
+            **copy.deepcopy(dict(inputs)), generation_config=config, return_dict_in_generate=True, output_logits=True
+        )
     capture.tokens = new_tokens(out.sequences, tokens)
     capture.logits = list(out.logits or [])
-    if isinstance(inputs.get("attention_mask"), torch.Tensor) and \
-            "attention_mask" in inspect.signature(model.forward).parameters:
+    if (
+        isinstance(inputs.get("attention_mask"), torch.Tensor)
+        and "attention_mask" in inspect.signature(model.forward).parameters
+    ):
         for call in capture.calls.get("model", []):
             explicit_mask(call)
     return capture
@@ -205,6 +214,7 @@ def reference_call(module: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 # -- k query tokens in one call ----------------------------------------------------------------------------
 
+
 def _token_key(call: Mapping[str, Any]) -> str:
     import torch
 
@@ -231,7 +241,7 @@ def _concat_masks(masks: list[Any]) -> Any:
     return torch.cat(masks, dim=-2)
 
 
-def merged_decode_call(steps: list[Mapping[str, Any]]) -> dict[str, Any]:
+def merged_decode_call(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One call feeding the tokens of consecutive decode steps at once, on the cache of the first step."""
     import torch
 
@@ -253,17 +263,20 @@ def decode_block(model: Any, inputs: Mapping[str, Any], tokens: int, tolerance: 
     import torch
 
     capture = capture_generation(model, inputs, tokens + 1)
-    steps = capture.calls["model"][1:1 + tokens]
+    steps = capture.calls["model"][1 : 1 + tokens]
     call = steps[0] if tokens == 1 else merged_decode_call(steps)
     merged = reference_call(model, call)["logits"]
     singles = torch.cat([reference_call(model, s)["logits"][:, -1:] for s in steps], dim=1)
     if merged.shape != singles.shape or not torch.allclose(merged, singles, atol=tolerance, rtol=0):
-        raise AssertionError(f"eager {type(model).__name__} does not serve {tokens} query tokens in one call the way "
-                             "it serves them one by one; multi-token decode has no eager reference for it")
+        raise AssertionError(
+            f"eager {type(model).__name__} does not serve {tokens} query tokens in one call the way "
+            "it serves them one by one; multi-token decode has no eager reference for it"
+        )
     return call
 
 
 # -- inputs and masks of the guide's static-cache decode loop ---------------------------------------------
+
 
 def left_padding(attention_mask: Any) -> list[int]:
     """Pad tokens at the left of each row of a 2D padding mask."""
@@ -291,8 +304,6 @@ def positions(query_slots: Any, pads: list[int]) -> Any:
 
     out = torch.stack([query_slots - pad for pad in pads])
     return out.masked_fill(out < 0, 1)
-
-
 
 
 def expected_components(model: Any, capture: Capture) -> set[str]:

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 STATUSES = ("pass", "fail", "xfail", "xpass", "skip", "unsupported", "error")
 # Worse first: when several tests report the same model/backend/check, the worst status is the cell's.
 _SEVERITY = {"error": 0, "fail": 1, "xpass": 2, "xfail": 3, "unsupported": 4, "skip": 5, "pass": 6}
 BAD = ("fail", "error", "xfail")
-SYMBOL = {"pass": "ok", "fail": "FAIL", "xfail": "xfail", "xpass": "XPASS", "skip": "skip",
-          "unsupported": "n/a", "error": "ERROR"}
+SYMBOL = {
+    "pass": "ok",
+    "fail": "FAIL",
+    "xfail": "xfail",
+    "xpass": "XPASS",
+    "skip": "skip",
+    "unsupported": "n/a",
+    "error": "ERROR",
+}
 
 
 @dataclass
@@ -102,9 +110,15 @@ class Recorder:
             return
         row = self.rows.get(report.nodeid)
         if row is None:
-            row = self.rows[report.nodeid] = Row(facts["model"], facts["backend"], facts["check"], status,
-                                                 nodeid=report.nodeid, implementation=self.implementation,
-                                                 versions=self.versions)
+            row = self.rows[report.nodeid] = Row(
+                facts["model"],
+                facts["backend"],
+                facts["check"],
+                status,
+                nodeid=report.nodeid,
+                implementation=self.implementation,
+                versions=self.versions,
+            )
         elif report.when == "teardown" and row.status not in ("pass",):
             return  # a teardown error after a failure keeps the failure
         row.status = status
@@ -113,11 +127,19 @@ class Recorder:
         if measurements:
             abs_errors = [m["max_abs"] for m in measurements if isinstance(m.get("max_abs"), (int, float))]
             rel_errors = [m["max_rel"] for m in measurements if isinstance(m.get("max_rel"), (int, float))]
-            row.max_abs = max(abs_errors) if abs_errors else next((m["max_abs"] for m in measurements if m.get("max_abs")), None)
+            row.max_abs = (
+                max(abs_errors) if abs_errors else next((m["max_abs"] for m in measurements if m.get("max_abs")), None)
+            )
             row.max_rel = max(rel_errors) if rel_errors else None
             failing = [m for m in measurements if m.get("stage")]
-            pick = failing[0] if failing else max(measurements, key=lambda m: m.get("max_abs") or 0
-                                                  if isinstance(m.get("max_abs"), (int, float)) else 0)
+            pick = (
+                failing[0]
+                if failing
+                else max(
+                    measurements,
+                    key=lambda m: m.get("max_abs") or 0 if isinstance(m.get("max_abs"), (int, float)) else 0,
+                )
+            )
             row.worst_output = pick.get("worst_output")
         if status in ("fail", "error", "xfail", "xpass"):
             row.stage = facts.get("stage")
@@ -150,11 +172,18 @@ class Recorder:
         return dict(sorted(stages.items()))
 
     def to_json(self) -> dict[str, Any]:
-        return {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), **self.meta, "implementation": self.implementation,
-                "versions": self.versions, "wall_s": self.wall_s, "summary": self.counts(), "by_stage": self.by_stage(),
-                "declared_gaps": self.declared_gaps,
-                "regressions": [list(_baseline_key(before)) for _, before in self.regressions],
-                "rows": [asdict(r) for r in self.rows.values()]}
+        return {
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **self.meta,
+            "implementation": self.implementation,
+            "versions": self.versions,
+            "wall_s": self.wall_s,
+            "summary": self.counts(),
+            "by_stage": self.by_stage(),
+            "declared_gaps": self.declared_gaps,
+            "regressions": [list(_baseline_key(before)) for _, before in self.regressions],
+            "rows": [asdict(r) for r in self.rows.values()],
+        }
 
     def write(self, path: str | Path) -> None:
         path = Path(path)
@@ -186,13 +215,16 @@ class Recorder:
         lines_keys = sorted({(k[0], k[2]) for k in merged})
         w_model = max(5, *(len(m) for m, _ in lines_keys))
         w_check = max(5, *(len(c) for _, c in lines_keys))
+
         def cell(row: Row | None) -> str:
             if row is None:
                 return ""
             return SYMBOL[row.status] + (f"({row.stage})" if row.stage and row.status in BAD else "")
 
         widths = [max([len(b)] + [len(cell(merged.get((m, b, c)))) for m, c in lines_keys]) for b in backends]
-        head = f"{'model':<{w_model}}  {'check':<{w_check}}  " + "  ".join(f"{b:<{w}}" for b, w in zip(backends, widths))
+        head = f"{'model':<{w_model}}  {'check':<{w_check}}  " + "  ".join(
+            f"{b:<{w}}" for b, w in zip(backends, widths)
+        )
         out = [head, "-" * len(head)]
         for model, check in lines_keys:
             cells = []
@@ -209,8 +241,9 @@ def merge_statuses(rows: Iterable[Mapping[str, Any] | Row]) -> dict[tuple[str, s
     """(model, backend, check) -> the worst status among the rows (JSON dicts or Rows) for that cell."""
     merged: dict[tuple[str, str, str], str] = {}
     for row in rows:
-        get = row.get if isinstance(row, Mapping) else lambda k, r=row: getattr(r, k)
-        key, status = (get("model"), get("backend"), get("check")), get("status")
+        values = row if isinstance(row, Mapping) else asdict(row)
+        key = (str(values["model"]), str(values["backend"]), str(values["check"]))
+        status = str(values["status"])
         if key not in merged or _SEVERITY[status] < _SEVERITY[merged[key]]:
             merged[key] = status
     return merged
@@ -226,22 +259,24 @@ def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False)
     backends = sorted({k[1] for k in merged})
     checks = sorted({k[2] for k in merged})
     counts: dict[tuple[str, str], dict[str, int]] = {}
-    for (model, backend, check), status in merged.items():
+    for (_model, backend, check), status in merged.items():
         for key in ((check, backend), ("all", backend)):
             cell = counts.setdefault(key, {s: 0 for s in COUNTED})
             cell[fold.get(status, status)] += 1
 
-    def cell(check: str, backend: str) -> str:
+    def text(check: str, backend: str) -> str:
         c = counts.get((check, backend))
         return "" if c is None else "/".join(str(c[s]) for s in COUNTED)
 
     head = ["check", *backends]
-    body = [[check, *(cell(check, b) for b in backends)] for check in [*checks, "all"]]
+    body = [[check, *(text(check, b) for b in backends)] for check in [*checks, "all"]]
     if markdown:
         return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     fmt = lambda r: "  ".join(f"{v:<{w}}" for v, w in zip(r, widths)).rstrip()  # noqa: E731
-    return [f"counts per check and backend: {'/'.join(COUNTED)}", fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in body]
+    return [f"counts per check and backend: {'/'.join(COUNTED)}", fmt(head), "-" * len(fmt(head))] + [
+        fmt(r) for r in body
+    ]
 
 
 def _baseline_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -265,6 +300,6 @@ def load_baseline(path: str | Path) -> dict[tuple[str, str, str], dict]:
     for row in rows:
         key = (str(row["model"]), str(row["backend"]), str(row.get("check", "export")))
         current = out.get(key)
-        if current is None or _SEVERITY.get(row.get("status"), 9) < _SEVERITY.get(current.get("status"), 9):
+        if current is None or _SEVERITY.get(str(row.get("status")), 9) < _SEVERITY.get(str(current.get("status")), 9):
             out[key] = row
     return out

@@ -25,9 +25,16 @@ def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.Te
     if call.excinfo is not None and not stage:
         stage = getattr(call.excinfo.value, "stage", None)
     adapter = getattr(item, "funcargs", {}).get("hfexport_implementation")
-    report.hfexport = {"model": key[0], "backend": key[1], "check": key[2], "stage": stage, "message": message,
-                       "measurements": summaries if call.when == "call" else [],
-                       "declared_gaps": adapter.declared_gaps() if hasattr(adapter, "declared_gaps") else {}}
+    gaps = adapter.declared_gaps() if adapter is not None and hasattr(adapter, "declared_gaps") else {}
+    report.hfexport = {  # type: ignore[attr-defined]
+        "model": key[0],
+        "backend": key[1],
+        "check": key[2],
+        "stage": stage,
+        "message": message,
+        "measurements": summaries if call.when == "call" else [],
+        "declared_gaps": gaps,
+    }
 
 
 def start_recording(config: pytest.Config) -> None:
@@ -38,8 +45,10 @@ def start_recording(config: pytest.Config) -> None:
 
     settings = settings_of(config)
     config.stash[RECORDER] = report.Recorder(
-        settings.impl, versions.installed_versions(settings.pins),
-        {"backends": settings.backends, "device": settings.device, "pins": settings.pins})
+        settings.impl,
+        versions.installed_versions(settings.pins),
+        {"backends": settings.backends, "device": settings.device, "pins": settings.pins},
+    )
     config.pluginmanager.register(_Controller(config), "hfexport-controller")
 
 
@@ -90,11 +99,17 @@ class _Controller:
             tr.write_sep("=", f"hfexport baseline {settings.baseline}")
             for row, before in recorder.regressions:
                 status = row.status if row is not None else "not run"
-                key = "/".join(row.key) if row is not None else "/".join(
-                    str(before.get(k)) for k in ("model", "backend", "check"))
-                tr.write_line(f"REGRESSION {key}: {before.get('status')} -> {status}"
-                              + (f" [{row.stage}]" if row is not None and row.stage else "")
-                              + (f" {row.nodeid}" if row is not None else ""), red=True)
+                key = (
+                    "/".join(row.key)
+                    if row is not None
+                    else "/".join(str(before.get(k)) for k in ("model", "backend", "check"))
+                )
+                tr.write_line(
+                    f"REGRESSION {key}: {before.get('status')} -> {status}"
+                    + (f" [{row.stage}]" if row is not None and row.stage else "")
+                    + (f" {row.nodeid}" if row is not None else ""),
+                    red=True,
+                )
             for row, before in recorder.improvements:
                 tr.write_line(f"improvement {'/'.join(row.key)}: {before.get('status')} -> {row.status}", green=True)
             tr.write_line(f"{len(recorder.regressions)} regression(s), {len(recorder.improvements)} improvement(s)")

@@ -73,9 +73,13 @@ def apply_known_failures(config: pytest.Config, items: list[pytest.Item]) -> Non
 
     unmatched = [k for k in settings.xfails if k not in matched and in_scope(k)]
     if unmatched:
-        warnings.warn(pytest.PytestWarning(
-            f"hfexport: {len(unmatched)} known-failure entr{'y' if len(unmatched) == 1 else 'ies'} in "
-            f"{settings.xfails_path} match no collected test: {', '.join(unmatched)}"))
+        warnings.warn(
+            pytest.PytestWarning(
+                f"hfexport: {len(unmatched)} known-failure entr{'y' if len(unmatched) == 1 else 'ies'} in "
+                f"{settings.xfails_path} match no collected test: {', '.join(unmatched)}"
+            ),
+            stacklevel=2,
+        )
 
 
 def check_markers(item: pytest.Item) -> None:

@@ -16,11 +16,19 @@ import contextlib
 import copy
 import functools
 import inspect
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from .naming import flat_named, replace_named
-from .reference import (RETURN_SHAPING, TOP_LEVEL, bind_call, component_modules, explicit_mask, generation_config,
-                        graph_kwargs)
+from .reference import (
+    RETURN_SHAPING,
+    TOP_LEVEL,
+    bind_call,
+    component_modules,
+    explicit_mask,
+    generation_config,
+    graph_kwargs,
+)
 from .reference import new_tokens as _new_tokens
 
 _MISSING = object()
@@ -38,8 +46,10 @@ def served(model: Any, runners: Mapping[str, Callable[..., Any]], masked: bool =
     modules = component_modules(model)
     unknown = sorted(set(runners) - set(modules))
     if unknown:
-        raise ServingError(f"components {unknown} name no part of {type(model).__name__} that generate() calls "
-                           f"(known: {sorted(modules)})")
+        raise ServingError(
+            f"components {unknown} name no part of {type(model).__name__} that generate() calls "
+            f"(known: {sorted(modules)})"
+        )
     calls = {name: 0 for name in runners}
     roles: dict[int, tuple[Any, dict[str, str]]] = {}
     for name in runners:
@@ -59,8 +69,13 @@ def served(model: Any, runners: Mapping[str, Callable[..., Any]], masked: bool =
                 module.forward = original
 
 
-def _dispatcher(module: Any, names: Mapping[str, str], runners: Mapping[str, Callable[..., Any]],
-                calls: dict[str, int], masked: bool) -> Callable[..., Any]:
+def _dispatcher(
+    module: Any,
+    names: Mapping[str, str],
+    runners: Mapping[str, Callable[..., Any]],
+    calls: dict[str, int],
+    masked: bool,
+) -> Callable[..., Any]:
     eager = type(module).forward.__get__(module)
     state = {"calls": 0}
 
@@ -81,23 +96,35 @@ def _dispatcher(module: Any, names: Mapping[str, str], runners: Mapping[str, Cal
         got = flat_named(runners[name](**copy.deepcopy(graph_kwargs(call))))
         template = eager(**{k: v for k, v in copy.deepcopy(call).items() if k not in RETURN_SHAPING})
         expected = flat_named(template)
-        wrong = [f"{n} {tuple(got[n].shape)} (eager {tuple(t.shape)})" for n, t in expected.items()
-                 if n in got and tuple(got[n].shape) != tuple(t.shape)]
+        wrong = [
+            f"{n} {tuple(got[n].shape)} (eager {tuple(t.shape)})"
+            for n, t in expected.items()
+            if n in got and tuple(got[n].shape) != tuple(t.shape)
+        ]
         if wrong:
-            raise ServingError(f"component {name!r}: the artifact's outputs have other shapes than eager's: {wrong[:4]}")
+            raise ServingError(
+                f"component {name!r}: the artifact's outputs have other shapes than eager's: {wrong[:4]}"
+            )
         result, missing = replace_named(template, got)
         if missing:
-            raise ServingError(f"component {name!r}: the artifact returned no {missing[:4]} (it returned "
-                               f"{sorted(got)[:8]})")
+            raise ServingError(
+                f"component {name!r}: the artifact returned no {missing[:4]} (it returned {sorted(got)[:8]})"
+            )
         return result
 
     functools.update_wrapper(forward, eager)
-    forward.__signature__ = inspect.signature(eager)  # type: ignore[attr-defined]  (generate() reads it)
+    # generate() reads the forward's signature to decide what to pass.
+    forward.__signature__ = inspect.signature(eager)  # type: ignore[attr-defined]
     return forward
 
 
-def served_tokens(model: Any, runners: Mapping[str, Callable[..., Any]], inputs: Mapping[str, Any], tokens: int,
-                  generation: Any = None) -> Any:
+def served_tokens(
+    model: Any,
+    runners: Mapping[str, Callable[..., Any]],
+    inputs: Mapping[str, Any],
+    tokens: int,
+    generation: Any = None,
+) -> Any:
     """Greedy new tokens of ``model.generate(**inputs)`` with every runner serving its component; every
     component must have been called."""
     import torch

@@ -9,22 +9,30 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from . import backends as _backends
 
 OPTIONS: list[tuple[str, str]] = [
-    ("backend", "comma list of backends to test (dynamo, onnx, executorch) or 'all'; default: every backend whose "
-                "packages are installed. A backend named here whose packages are missing is a usage error."),
-    ("impl", "implementation of the export API under test: hfexport (default), transformers "
-             "(transformers.exporters), or a dotted module exposing the same API"),
+    (
+        "backend",
+        "comma list of backends to test (dynamo, onnx, executorch) or 'all'; default: every backend whose "
+        "packages are installed. A backend named here whose packages are missing is a usage error.",
+    ),
+    (
+        "impl",
+        "implementation of the export API under test: hfexport (default), transformers "
+        "(transformers.exporters), or a dotted module exposing the same API",
+    ),
     ("device", "device to export and run on: cpu (default), cuda or auto"),
     ("pins", "pins file (name==version lines) to compare installed versions with; default: hfexport's pins"),
     ("report", "write a JSON report here: one row per model x backend x check"),
-    ("baseline", "an earlier JSON report: a row that passed there and does not pass now (fails, xfails, is "
-                 "unsupported or was not run) fails the session"),
+    (
+        "baseline",
+        "an earlier JSON report: a row that passed there and does not pass now (fails, xfails, is "
+        "unsupported or was not run) fails the session",
+    ),
     ("xfails", "known-failures file (TOML or JSON): test id or model/backend/check = reason; strict xfails"),
     ("max-examples", "hypothesis examples per shape check (default: the active hypothesis profile's)"),
     ("hypothesis-profile", "load a hypothesis profile: hfexport-ci (derandomized, few examples) or hfexport-dev"),
@@ -50,8 +58,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hfexport", "export models and compare with eager PyTorch (pytest_hfexport)")
     for name, help_text in OPTIONS:
         dest = "hfexport_" + name.replace("-", "_")
-        group.addoption(f"--hfexport-{name}", dest=dest, default=None, metavar=name.split("-")[-1].upper(),
-                        help=help_text + f" [ini: {dest}]")
+        group.addoption(
+            f"--hfexport-{name}",
+            dest=dest,
+            default=None,
+            metavar=name.split("-")[-1].upper(),
+            help=help_text + f" [ini: {dest}]",
+        )
         parser.addini(dest, help_text, default=None)
 
 
@@ -100,8 +113,10 @@ def read_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(str(exc)) from None
     impl = option(config, "impl") or "hfexport"
     if not adapters.exists(impl):
-        raise pytest.UsageError(f"--hfexport-impl={impl}: no such module; use hfexport, transformers or a dotted "
-                                "module path that exposes AutoExportConfig and AutoHfExporter")
+        raise pytest.UsageError(
+            f"--hfexport-impl={impl}: no such module; use hfexport, transformers or a dotted "
+            "module path that exposes AutoExportConfig and AutoHfExporter"
+        )
     device = option(config, "device") or "cpu"
     if device not in DEVICES:
         raise pytest.UsageError(f"--hfexport-device={device}: choose one of {', '.join(DEVICES)}")
@@ -133,8 +148,9 @@ def read_settings(config: pytest.Config) -> Settings:
             assert max_examples > 0
         except (ValueError, AssertionError):
             raise pytest.UsageError(f"--hfexport-max-examples={raw_examples}: a positive integer") from None
-    return Settings(backends, impl, device, pins_path, pins, option(config, "report"), baseline, xfails_path, entries,
-                    max_examples)
+    return Settings(
+        backends, impl, device, pins_path, pins, option(config, "report"), baseline, xfails_path, entries, max_examples
+    )
 
 
 def load_hypothesis_profile(config: pytest.Config) -> None:
@@ -169,6 +185,8 @@ def report_header(config: pytest.Config) -> list[str]:
             parts.append(f"{name} {got} DRIFT (pin {pinned})")
         else:
             parts.append(f"{name} {got}")
-    return [f"hfexport: impl={s.impl} backends={','.join(s.backends)} device={s.device}"
-            + (f" pins={s.pins_path}" if s.pins_path else ""),
-            "hfexport versions: " + ", ".join(parts)]
+    return [
+        f"hfexport: impl={s.impl} backends={','.join(s.backends)} device={s.device}"
+        + (f" pins={s.pins_path}" if s.pins_path else ""),
+        "hfexport versions: " + ", ".join(parts),
+    ]

@@ -12,16 +12,27 @@ Profiles: ``hfexport-ci`` (derandomized, no deadline, few examples, no database)
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 CI_PROFILE, DEV_PROFILE = "hfexport-ci", "hfexport-dev"
-settings.register_profile(CI_PROFILE, max_examples=5, derandomize=True, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile(DEV_PROFILE, max_examples=20, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile(
+    CI_PROFILE,
+    max_examples=5,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    DEV_PROFILE,
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 def sizes(min_batch: int = 1, max_batch: int = 4, min_seq: int = 1, max_seq: int = 16) -> st.SearchStrategy:
@@ -30,8 +41,9 @@ def sizes(min_batch: int = 1, max_batch: int = 4, min_seq: int = 1, max_seq: int
 
 
 @st.composite
-def dim_specs(draw, sample_inputs: Mapping[str, Any], axes: Mapping[str, int] | None = None,
-              max_size: int = 64) -> dict[str, Any]:
+def dim_specs(
+    draw, sample_inputs: Mapping[str, Any], axes: Mapping[str, int] | None = None, max_size: int = 64
+) -> dict[str, Any]:
     """``dynamic_shapes`` for ``torch.export``: one named Dim per axis name (default batch=0, seq=1), shared by
     every tensor input that has that axis, with ``min <= sample size <= max``. Inputs with inconsistent sizes
     on an axis keep it static."""
@@ -53,13 +65,19 @@ def dim_specs(draw, sample_inputs: Mapping[str, Any], axes: Mapping[str, int] | 
     spec: dict[str, Any] = {}
     for name, t in tensors.items():
         spec[name] = {axis: dim for axis, dim in dims.values() if t.dim() > axis}
-    for name, v in sample_inputs.items():
+    for name, _v in sample_inputs.items():
         spec.setdefault(name, None)
     return spec
 
 
-def token_inputs(config: Any, batch: int | st.SearchStrategy = None, seq: int | st.SearchStrategy = None, *,
-                 mask: bool = True, token_type_ids: bool = False) -> st.SearchStrategy:
+def token_inputs(
+    config: Any,
+    batch: int | st.SearchStrategy | None = None,
+    seq: int | st.SearchStrategy | None = None,
+    *,
+    mask: bool = True,
+    token_type_ids: bool = False,
+) -> st.SearchStrategy:
     """``input_ids`` in ``[0, vocab_size)`` (of ``config.get_text_config()``), ``attention_mask`` left-padded with
     at least one real token per row; ``batch``/``seq`` fixed ints or strategies (default ``sizes()``)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -89,6 +107,7 @@ def token_inputs(config: Any, batch: int | st.SearchStrategy = None, seq: int | 
 
 # -- shapes declared by an exported program --------------------------------------------------------
 
+
 def exported_program_of(program: Any) -> Any:
     """The ``torch.export.ExportedProgram`` behind a backend's program (ONNX, ExecuTorch) or None."""
     import torch
@@ -116,8 +135,11 @@ def input_axes(program: Any) -> dict[str, list[Any]]:
         raise TypeError(f"{type(program).__name__} carries no ExportedProgram to read shapes from")
     names = list(flatten_named(ep.example_inputs[1]).keys()) if ep.example_inputs else []
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    user = [placeholders[s.arg.name] for s in ep.graph_signature.input_specs
-            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name") and s.arg.name in placeholders]
+    user = [
+        placeholders[s.arg.name]
+        for s in ep.graph_signature.input_specs
+        if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name") and s.arg.name in placeholders
+    ]
     out: dict[str, list[Any]] = {}
     for name, node in zip(names, user):
         val = node.meta.get("val")
@@ -218,11 +240,12 @@ def resize_like(sample_inputs: Mapping[str, Any], shapes: Mapping[str, list[int]
 
 def runtime_inputs(program: Any, sample_inputs: Mapping[str, Any], cap: int = 16) -> st.SearchStrategy:
     """Inputs like ``sample_inputs`` at shapes drawn inside ``program``'s declared ranges."""
-    return st.builds(resize_like, st.just(dict(sample_inputs)), runtime_shapes(program, cap),
-                     st.integers(0, 2**16))
+    return st.builds(resize_like, st.just(dict(sample_inputs)), runtime_shapes(program, cap), st.integers(0, 2**16))
 
 
-def away_from_sample(sample_inputs: Mapping[str, Any], extra_batch: int = 1, extra_seq: int = 3) -> list[dict[str, Any]]:
+def away_from_sample(
+    sample_inputs: Mapping[str, Any], extra_batch: int = 1, extra_seq: int = 3
+) -> list[dict[str, Any]]:
     """Inputs like the sample's at another batch and at another sequence length (axis 0 and axis 1 of the tensors
     that share the sample's sizes there): a program exported static under ``dynamic=True`` refuses them."""
     import torch
@@ -235,7 +258,10 @@ def away_from_sample(sample_inputs: Mapping[str, Any], extra_batch: int = 1, ext
         if len(sizes) != 1:
             continue
         (size,) = sizes
-        shapes = {name: [s + extra if i == axis and s == size else s for i, s in enumerate(t.shape)]
-                  for name, t in sample_inputs.items() if isinstance(t, torch.Tensor)}
+        shapes = {
+            name: [s + extra if i == axis and s == size else s for i, s in enumerate(t.shape)]
+            for name, t in sample_inputs.items()
+            if isinstance(t, torch.Tensor)
+        }
         out.append(resize_like(sample_inputs, shapes, seed=axis))
     return out

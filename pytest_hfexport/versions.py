@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
-from functools import lru_cache
+from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Mapping
 
 
-@lru_cache(maxsize=None)
+@cache
 def environment() -> ModuleType:
     if "hfexport.environment" in sys.modules:
         return sys.modules["hfexport.environment"]
@@ -25,6 +25,8 @@ def environment() -> ModuleType:
         raise ImportError("pytest_hfexport needs the hfexport package (pip install hfexport)")
     path = Path(list(spec.submodule_search_locations)[0]) / "environment.py"
     module_spec = importlib.util.spec_from_file_location("_pytest_hfexport_environment", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module  # dataclasses look their module up while the file runs
     module_spec.loader.exec_module(module)
@@ -53,7 +55,7 @@ def installed_versions(names: Iterable[str]) -> dict[str, str | None]:
 def drift(pins: Mapping[str, str], names: Iterable[str] | None = None) -> dict[str, tuple[str, str | None]]:
     """name -> (pinned, installed) for every pinned package (of ``names``) not installed at its pin."""
     out = {}
-    for name in (pins if names is None else names):
+    for name in pins if names is None else names:
         name = name.lower()
         if name not in pins:
             continue

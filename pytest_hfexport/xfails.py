@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 class XfailFileError(ValueError):
@@ -48,8 +49,7 @@ def normalise(data: Any, source: str = "xfails") -> dict[str, str]:
         if not isinstance(reason, str) or not reason.strip():
             raise XfailFileError(f"{source}: entry {key!r} needs a reason (a non-empty string)")
         if "::" not in key and len(key.split("/")) != 3:
-            raise XfailFileError(
-                f"{source}: key {key!r} is neither a test id (with '::') nor 'model/backend/check'")
+            raise XfailFileError(f"{source}: key {key!r} is neither a test id (with '::') nor 'model/backend/check'")
         out[str(key)] = reason
     return out
 

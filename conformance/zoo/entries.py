@@ -16,15 +16,25 @@ import transformers as tf
 from .inputs import causal_lm_inputs, image_inputs, seq2seq_inputs, speech_inputs, text_inputs
 from .registry import ZooEntry, register
 
-TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
-            max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+TINY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    vocab_size=128,
+    max_position_embeddings=128,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 GEN = ("export", "shapes", "generation", "multi_token_decode", "static_cache")
 # Encoder-decoders: the documented static-cache decode loop is decoder-only (no encoder outputs in it).
 SEQ2SEQ = ("export", "shapes", "generation", "multi_token_decode")
 
 
-def _decoder(name: str, model_cls: Any, config_cls: Any, family: str = "decoder", checks=GEN, seed: int = 0,
-             **overrides: Any) -> None:
+def _decoder(
+    name: str, model_cls: Any, config_cls: Any, family: str = "decoder", checks=GEN, seed: int = 0, **overrides: Any
+) -> None:
     def build() -> Any:
         cfg = config_cls(**{**TINY, **overrides})
         return model_cls(cfg)
@@ -37,85 +47,213 @@ _decoder("qwen3", tf.Qwen3ForCausalLM, tf.Qwen3Config, num_key_value_heads=2, he
 _decoder("qwen2", tf.Qwen2ForCausalLM, tf.Qwen2Config, num_key_value_heads=2)
 _decoder("mistral", tf.MistralForCausalLM, tf.MistralConfig, num_key_value_heads=2, sliding_window=None)
 _decoder("phi3", tf.Phi3ForCausalLM, tf.Phi3Config, num_key_value_heads=2)
-_decoder("gemma3", tf.Gemma3ForCausalLM, tf.Gemma3TextConfig, num_key_value_heads=2, head_dim=8,
-         sliding_window=4, layer_types=["sliding_attention", "full_attention"], seed=2)
-_decoder("qwen3_moe", tf.Qwen3MoeForCausalLM, tf.Qwen3MoeConfig, family="moe", num_key_value_heads=2, head_dim=8,
-         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
-_decoder("mixtral", tf.MixtralForCausalLM, tf.MixtralConfig, family="moe", num_key_value_heads=2,
-         num_local_experts=4, num_experts_per_tok=2)
+_decoder(
+    "gemma3",
+    tf.Gemma3ForCausalLM,
+    tf.Gemma3TextConfig,
+    num_key_value_heads=2,
+    head_dim=8,
+    sliding_window=4,
+    layer_types=["sliding_attention", "full_attention"],
+    seed=2,
+)
+_decoder(
+    "qwen3_moe",
+    tf.Qwen3MoeForCausalLM,
+    tf.Qwen3MoeConfig,
+    family="moe",
+    num_key_value_heads=2,
+    head_dim=8,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    decoder_sparse_step=1,
+)
+_decoder(
+    "mixtral",
+    tf.MixtralForCausalLM,
+    tf.MixtralConfig,
+    family="moe",
+    num_key_value_heads=2,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+)
 
 
 def _gpt2() -> Any:
-    return tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=128,
-                                            bos_token_id=1, eos_token_id=2, pad_token_id=0, initializer_range=0.2))
+    return tf.GPT2LMHeadModel(
+        tf.GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            vocab_size=128,
+            n_positions=128,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            initializer_range=0.2,
+        )
+    )
 
 
 register(ZooEntry("gpt2", "decoder", _gpt2, causal_lm_inputs, checks=GEN))
 
 
 def _mamba() -> Any:
-    return tf.MambaForCausalLM(tf.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=128,
-                                              expand=2, conv_kernel=4, use_mambapy=False, initializer_range=0.5))
+    return tf.MambaForCausalLM(
+        tf.MambaConfig(
+            hidden_size=32,
+            state_size=8,
+            num_hidden_layers=2,
+            vocab_size=128,
+            expand=2,
+            conv_kernel=4,
+            use_mambapy=False,
+            initializer_range=0.5,
+        )
+    )
 
 
 # Eager Mamba does not serve several query tokens on a filled cache the way it serves them one by one,
 # so its multi-token decode graph is judged on single tokens.
-register(ZooEntry("mamba", "ssm", _mamba, lambda m, b, s: text_inputs(m, b, s, mask=False),
-                  checks=("export", "shapes", "generation", "multi_token_decode"), query_tokens=(1,)))
+register(
+    ZooEntry(
+        "mamba",
+        "ssm",
+        _mamba,
+        lambda m, b, s: text_inputs(m, b, s, mask=False),
+        checks=("export", "shapes", "generation", "multi_token_decode"),
+        query_tokens=(1,),
+    )
+)
 
 
 def _bert() -> Any:
-    return tf.BertModel(tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=64, vocab_size=128, max_position_embeddings=128),
-                        add_pooling_layer=True)
+    return tf.BertModel(
+        tf.BertConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            vocab_size=128,
+            max_position_embeddings=128,
+        ),
+        add_pooling_layer=True,
+    )
 
 
 register(ZooEntry("bert", "encoder-text", _bert, lambda m, b, s: text_inputs(m, b, s, token_type_ids=True)))
 
 
 def _roberta() -> Any:
-    return tf.RobertaModel(tf.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                            intermediate_size=64, vocab_size=128, max_position_embeddings=130,
-                                            pad_token_id=1))
+    return tf.RobertaModel(
+        tf.RobertaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            vocab_size=128,
+            max_position_embeddings=130,
+            pad_token_id=1,
+        )
+    )
 
 
 register(ZooEntry("roberta", "encoder-text", _roberta, text_inputs))
 
 
 def _vit() -> Any:
-    return tf.ViTModel(tf.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                    image_size=32, patch_size=8, num_channels=3))
+    return tf.ViTModel(
+        tf.ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=32,
+            patch_size=8,
+            num_channels=3,
+        )
+    )
 
 
-register(ZooEntry("vit", "encoder-vision", _vit, image_inputs, checks=("export",), sample=(1, 0), batch=3, seq=False,
-                  one_token=False))
+register(
+    ZooEntry(
+        "vit",
+        "encoder-vision",
+        _vit,
+        image_inputs,
+        checks=("export",),
+        sample=(1, 0),
+        batch=3,
+        seq=False,
+        one_token=False,
+    )
+)
 
 
 def _t5() -> Any:
-    return tf.T5ForConditionalGeneration(tf.T5Config(d_model=32, d_ff=64, d_kv=8, num_layers=2, num_decoder_layers=2,
-                                                     num_heads=4, vocab_size=128, decoder_start_token_id=0,
-                                                     relative_attention_num_buckets=8, initializer_factor=5.0))
+    return tf.T5ForConditionalGeneration(
+        tf.T5Config(
+            d_model=32,
+            d_ff=64,
+            d_kv=8,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            vocab_size=128,
+            decoder_start_token_id=0,
+            relative_attention_num_buckets=8,
+            initializer_factor=5.0,
+        )
+    )
 
 
 register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, seed=3))
 
 
 def _bart() -> Any:
-    return tf.BartForConditionalGeneration(tf.BartConfig(d_model=32, encoder_layers=2, decoder_layers=2,
-                                                         encoder_attention_heads=4, decoder_attention_heads=4,
-                                                         encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128,
-                                                         max_position_embeddings=128, init_std=0.2))
+    return tf.BartForConditionalGeneration(
+        tf.BartConfig(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            vocab_size=128,
+            max_position_embeddings=128,
+            init_std=0.2,
+        )
+    )
 
 
 register(ZooEntry("bart", "encoder-decoder", _bart, seq2seq_inputs, checks=SEQ2SEQ, seed=1))
 
 
 def _whisper() -> Any:
-    return tf.WhisperForConditionalGeneration(tf.WhisperConfig(
-        d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, num_mel_bins=16, max_source_positions=16,
-        max_target_positions=64, decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1,
-        suppress_tokens=None, begin_suppress_tokens=None, init_std=0.5))
+    return tf.WhisperForConditionalGeneration(
+        tf.WhisperConfig(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            vocab_size=128,
+            num_mel_bins=16,
+            max_source_positions=16,
+            max_target_positions=64,
+            decoder_start_token_id=1,
+            pad_token_id=0,
+            eos_token_id=2,
+            bos_token_id=1,
+            suppress_tokens=None,
+            begin_suppress_tokens=None,
+            init_std=0.5,
+        )
+    )
 
 
 register(ZooEntry("whisper", "speech", _whisper, speech_inputs, checks=SEQ2SEQ))
@@ -126,12 +264,26 @@ LLAVA_IMAGE_TOKEN = 127
 
 
 def _llava() -> Any:
-    vision = tf.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                 image_size=32, patch_size=8, projection_dim=32)
+    vision = tf.CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=32,
+        patch_size=8,
+        projection_dim=32,
+    )
     text = tf.LlamaConfig(**{**TINY, "num_key_value_heads": 2, "head_dim": 8})
-    return tf.LlavaForConditionalGeneration(tf.LlavaConfig(
-        vision_config=vision, text_config=text, image_token_id=LLAVA_IMAGE_TOKEN, projector_hidden_act="gelu",
-        vision_feature_layer=-1, vision_feature_select_strategy="default"))
+    return tf.LlavaForConditionalGeneration(
+        tf.LlavaConfig(
+            vision_config=vision,
+            text_config=text,
+            image_token_id=LLAVA_IMAGE_TOKEN,
+            projector_hidden_act="gelu",
+            vision_feature_layer=-1,
+            vision_feature_select_strategy="default",
+        )
+    )
 
 
 def _llava_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
@@ -139,25 +291,60 @@ def _llava_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
     n_image = (model.config.vision_config.image_size // model.config.vision_config.patch_size) ** 2
     text = torch.randint(3, LLAVA_IMAGE_TOKEN - 1, (batch, max(seq, 2)))
     ids = torch.cat([text[:, :1], torch.full((batch, n_image), LLAVA_IMAGE_TOKEN), text[:, 1:]], dim=1)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-            "pixel_values": torch.randn(batch, 3, model.config.vision_config.image_size,
-                                        model.config.vision_config.image_size)}
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "pixel_values": torch.randn(
+            batch, 3, model.config.vision_config.image_size, model.config.vision_config.image_size
+        ),
+    }
 
 
-register(ZooEntry("llava", "vlm", _llava, _llava_inputs, checks=("export", "shapes", "generation"), sample=(1, 4),
-                  other_seq=6, one_token=False))
+register(
+    ZooEntry(
+        "llava",
+        "vlm",
+        _llava,
+        _llava_inputs,
+        checks=("export", "shapes", "generation"),
+        sample=(1, 4),
+        other_seq=6,
+        one_token=False,
+    )
+)
 
 QWEN2VL_TOKENS = dict(image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123)
 
 
 def _qwen2_vl() -> Any:
-    return tf.Qwen2VLForConditionalGeneration(tf.Qwen2VLConfig(
-        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                         rope_parameters=dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0)),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, mlp_ratio=2, patch_size=4,
-                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-        **QWEN2VL_TOKENS))
+    return tf.Qwen2VLForConditionalGeneration(
+        tf.Qwen2VLConfig(
+            text_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                vocab_size=128,
+                bos_token_id=1,
+                eos_token_id=2,
+                pad_token_id=0,
+                rope_parameters=dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0),
+            ),
+            vision_config=dict(
+                depth=2,
+                embed_dim=32,
+                hidden_size=32,
+                num_heads=4,
+                mlp_ratio=2,
+                patch_size=4,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+                in_channels=3,
+            ),
+            **QWEN2VL_TOKENS,
+        )
+    )
 
 
 def _qwen2_vl_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
@@ -166,11 +353,24 @@ def _qwen2_vl_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
     start, end = QWEN2VL_TOKENS["vision_start_token_id"], QWEN2VL_TOKENS["vision_end_token_id"]
     image = torch.tensor([[start] + [QWEN2VL_TOKENS["image_token_id"]] * 4 + [end]]).expand(batch, -1)
     ids = torch.cat([text[:, :1], image, text[:, 1:]], dim=1)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-            "mm_token_type_ids": (ids == QWEN2VL_TOKENS["image_token_id"]).long(),
-            "pixel_values": torch.randn(batch * 16, 3 * 2 * 4 * 4),
-            "image_grid_thw": torch.tensor([[1, 4, 4]] * batch)}
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": (ids == QWEN2VL_TOKENS["image_token_id"]).long(),
+        "pixel_values": torch.randn(batch * 16, 3 * 2 * 4 * 4),
+        "image_grid_thw": torch.tensor([[1, 4, 4]] * batch),
+    }
 
 
-register(ZooEntry("qwen2_vl", "vlm", _qwen2_vl, _qwen2_vl_inputs, checks=("export", "generation"), sample=(1, 4),
-                  other_seq=6, one_token=False))
+register(
+    ZooEntry(
+        "qwen2_vl",
+        "vlm",
+        _qwen2_vl,
+        _qwen2_vl_inputs,
+        checks=("export", "generation"),
+        sample=(1, 4),
+        other_seq=6,
+        one_token=False,
+    )
+)

@@ -7,8 +7,9 @@ which checks apply. Adding an architecture is adding one entry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -60,10 +61,12 @@ class ZooEntry:
         """Named input sets: ``sample``, ``other`` (another length), ``one`` (one token), ``batch`` (``batch`` rows,
         left-padded, at the other length); kinds that do not apply to this entry are left out."""
         b, s = self.sample
-        sets = {"sample": lambda: self.sample_inputs(model),
-                "other": (lambda: self.sample_inputs(model, b, self.other_seq)) if self.seq else None,
-                "one": (lambda: self.sample_inputs(model, b, 1)) if self.seq and self.one_token else None,
-                "batch": lambda: self.sample_inputs(model, self.batch, self.other_seq if self.seq else s)}
+        sets = {
+            "sample": lambda: self.sample_inputs(model),
+            "other": (lambda: self.sample_inputs(model, b, self.other_seq)) if self.seq else None,
+            "one": (lambda: self.sample_inputs(model, b, 1)) if self.seq and self.one_token else None,
+            "batch": lambda: self.sample_inputs(model, self.batch, self.other_seq if self.seq else s),
+        }
         return {kind: make() for kind in kinds if (make := sets.get(kind)) is not None}
 
 

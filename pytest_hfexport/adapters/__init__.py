@@ -12,8 +12,7 @@ import importlib.util
 
 from .base import CAPABILITIES, UNSUPPORTED_PREFIX, Adapter, DecodeLoop, Runner, Unsupported
 
-__all__ = ["Adapter", "CAPABILITIES", "DecodeLoop", "Runner", "UNSUPPORTED_PREFIX", "Unsupported", "exists",
-           "resolve"]
+__all__ = ["Adapter", "CAPABILITIES", "DecodeLoop", "Runner", "UNSUPPORTED_PREFIX", "Unsupported", "exists", "resolve"]
 
 
 def _module_name(name: str) -> str:

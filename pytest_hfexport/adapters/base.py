@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Protocol
 
 import pytest
 
@@ -33,7 +34,7 @@ CAPABILITIES: dict[str, str] = {
     "multi_token_decode": "a decode graph whose query axis stays symbolic (1 or k tokens per call)",
     "static_cache": "a decode graph over a fixed-length cache updated in place",
     "decode_loop": "the implementation's own greedy loop over a saved static-cache decode artifact, reporting where "
-                   "the runtime wrote the cache",
+    "the runtime wrote the cache",
     "decode_loop_in_place": "that loop has the runtime write the cache into memory the caller owns",
     "serve": "the model's own generate() with every component served by its artifact",
     "config_dict": "configs round-trip through to_dict/from_dict and JSON",
@@ -131,8 +132,9 @@ class Adapter:
     def export(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any) -> Any:
         return exporter.export(model, dict(inputs), config=config)
 
-    def export_for_generation(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any,
-                              **options: Any) -> dict[str, Any]:
+    def export_for_generation(
+        self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any, **options: Any
+    ) -> dict[str, Any]:
         """{component name: program}."""
         return dict(exporter.export_for_generation(model, dict(inputs), config, **options))
 
@@ -155,8 +157,14 @@ class Adapter:
     def decode_loop(self, path: Path, backend: str, max_cache_len: int) -> DecodeLoop:
         raise NotImplementedError
 
-    def serve(self, model: Any, paths: Mapping[str, Path], inputs: Mapping[str, Any], new_tokens: int,
-              generation_config: Any = None) -> Any:
+    def serve(
+        self,
+        model: Any,
+        paths: Mapping[str, Path],
+        inputs: Mapping[str, Any],
+        new_tokens: int,
+        generation_config: Any = None,
+    ) -> Any:
         """Greedy new tokens of ``model.generate(**inputs)`` with every component served by its saved artifact."""
         raise NotImplementedError
 
@@ -173,14 +181,15 @@ class Adapter:
     def unregister_backend(self, name: str) -> None:
         raise NotImplementedError
 
-    def environment_checker(self, backend: str) -> Callable[[], None]:
+    def environment_checker(self, backend: str) -> Callable[[], Any]:
         """The backend exporter's environment check, on a fresh subclass of its exporter class, so state the
         implementation keeps per class (a drift warned once) starts empty; call it as often as needed."""
         cls = type(self.exporter(backend))
-        fresh = type(f"Fresh{cls.__name__}", (cls,), {})
-        if getattr(fresh.validate_environment, "__self__", None) is fresh:  # a classmethod
-            return lambda: fresh.validate_environment()
-        instance = fresh.__new__(fresh)  # an instance method: on an instance built without __init__
+        fresh: Any = type(f"Fresh{cls.__name__}", (cls,), {})
+        method = fresh.validate_environment
+        if getattr(method, "__self__", None) is fresh:  # a classmethod, bound to the fresh class
+            return method
+        instance: Any = fresh.__new__(fresh)  # an instance method: on an instance built without __init__
         return lambda: instance.validate_environment()
 
     def __repr__(self) -> str:

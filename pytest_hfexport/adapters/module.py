@@ -3,10 +3,10 @@
 ``ModuleAdapter("hfexport")`` is the default implementation under test. A dotted module
 (``--hfexport-impl=pkg.impl``) is judged the same way: its ``AutoExportConfig``,
 ``AutoHfExporter``, ``HfExporter``, ``ExportConfigMixin``, ``register_exporter`` and
-``register_export_config``; its ``runtime`` submodule (``load``, ``runner_for``,
-``decode.decode_loop``, ``components.ExportedGenerate``; a submodule or a ``runtime`` attribute) and
-``utils.decompose_for_generation`` where it has them, else hfexport's (one provider of the artifact contract). What it lacks it
-declares in a module attribute ``HFEXPORT_LACKS = {capability: reason}``. A module that
+``register_export_config``; its ``runtime`` (a submodule or attribute with ``load``, ``runner_for``,
+``decode.decode_loop``, ``components.ExportedGenerate``) and ``utils.decompose_for_generation`` where it
+has them, else hfexport's (one provider of the artifact contract). What it lacks it declares in a module
+attribute ``HFEXPORT_LACKS = {capability: reason}``. A module that
 defines ``hfexport_adapter`` (an ``Adapter`` subclass) is judged through that instead.
 """
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .base import Adapter, DecodeLoop
 
@@ -36,7 +37,7 @@ class ModuleAdapter(Adapter):
     # inputs comes back as new outputs; the zero-copy loop is C++ (examples/cpp/decode.cpp).
     HFEXPORT_LACKS = {
         "decode_loop_in_place/executorch": "the ExecuTorch Python runtime returns a mutated input as a new output "
-                                           "(no set_output_data_ptr); the zero-copy loop is C++ (examples/cpp)",
+        "(no set_output_data_ptr); the zero-copy loop is C++ (examples/cpp)",
     }
 
     def __init__(self, module_name: str = "hfexport") -> None:
@@ -45,10 +46,12 @@ class ModuleAdapter(Adapter):
         # The module's own runtime (a submodule, or a ``runtime`` attribute), else hfexport's.
         self.runtime = getattr(self.module, "runtime", None) or _optional(f"{module_name}.runtime", "hfexport.runtime")
         runtime_name = getattr(self.runtime, "__name__", "hfexport.runtime")
-        self.decode = getattr(self.runtime, "decode", None) or _optional(f"{runtime_name}.decode",
-                                                                         "hfexport.runtime.decode")
-        self.components = getattr(self.runtime, "components", None) or _optional(f"{runtime_name}.components",
-                                                                                 "hfexport.runtime.components")
+        self.decode = getattr(self.runtime, "decode", None) or _optional(
+            f"{runtime_name}.decode", "hfexport.runtime.decode"
+        )
+        self.components = getattr(self.runtime, "components", None) or _optional(
+            f"{runtime_name}.components", "hfexport.runtime.components"
+        )
         self.utils = getattr(self.module, "utils", None) or _optional(f"{module_name}.utils", "hfexport.utils")
         declared = getattr(self.module, "HFEXPORT_LACKS", None)
         self.lacks = dict(self.HFEXPORT_LACKS if declared is None and module_name == "hfexport" else declared or {})
@@ -70,7 +73,8 @@ class ModuleAdapter(Adapter):
         live = {k: fields.pop(k) for k in ("dynamic_shapes",) if k in fields}
         config = self.module.AutoExportConfig.from_dict({"export_format": backend, **fields})
         if live:
-            config = dataclasses.replace(config, **live) if dataclasses.is_dataclass(config) else config
+            if dataclasses.is_dataclass(config) and not isinstance(config, type):
+                config = dataclasses.replace(config, **live)
             for key, value in live.items():
                 if getattr(config, key, None) is not value:
                     setattr(config, key, value)
@@ -94,8 +98,15 @@ class ModuleAdapter(Adapter):
     def decode_loop(self, path: Path, backend: str, max_cache_len: int) -> DecodeLoop:
         return self.decode.decode_loop(str(path), backend, max_cache_len=max_cache_len)
 
-    def serve(self, model: Any, paths: Mapping[str, Path], inputs: Mapping[str, Any], new_tokens: int,
-              generation_config: Any = None, multi_token_decode: bool = False) -> Any:
+    def serve(
+        self,
+        model: Any,
+        paths: Mapping[str, Path],
+        inputs: Mapping[str, Any],
+        new_tokens: int,
+        generation_config: Any = None,
+        multi_token_decode: bool = False,
+    ) -> Any:
         components = self.utils.decompose_for_generation(model, dict(inputs), generation_config, multi_token_decode)
         runners = {name: self.load(path) for name, path in paths.items()}
         served = self.components.ExportedGenerate(model, components, runners)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .base import Adapter, tolerant_logging
 
@@ -22,7 +23,7 @@ class TransformersAdapter(Adapter):
     name = "transformers"
     lacks = {
         "decode_loop": "transformers.exporters has no decode loop: its runners take a cache object per call (a fresh "
-                       "ONNX Runtime IOBinding each call, new cache tensors returned on ONNX and ExecuTorch)",
+        "ONNX Runtime IOBinding each call, new cache tensors returned on ONNX and ExecuTorch)",
         "decode_loop_in_place": "transformers.exporters has no decode loop (see decode_loop)",
         "serve": "transformers.exporters has no helper that runs generate() with exported components",
     }
@@ -52,8 +53,9 @@ class TransformersAdapter(Adapter):
         wrapped = exporter.export(model, dict(inputs), config)
         return self._unwrap(wrapped)["model"]
 
-    def export_for_generation(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any,
-                              **options: Any) -> dict[str, Any]:
+    def export_for_generation(
+        self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any, **options: Any
+    ) -> dict[str, Any]:
         return self._unwrap(exporter.export_for_generation(model, dict(inputs), config, **options))
 
     def _unwrap(self, wrapped: Any) -> dict[str, Any]:
@@ -91,7 +93,7 @@ class TransformersAdapter(Adapter):
         return folder / manifest["components"][component]["file"]
 
     # -- API ---------------------------------------------------------------------------------------
-    def register_backend(self, name: str, exporter_cls: type, config_cls: type) -> None:
+    def register_backend(self, name: str, exporter_cls: Any, config_cls: type) -> None:
         exporter_cls.export_format = name
         exporter_cls.config_class = config_cls
         self.module.register_backend(exporter_cls)
