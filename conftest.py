@@ -11,6 +11,7 @@ Noise, each silenced by its exact message and with its reason:
 
 import logging
 import os
+import warnings
 
 from hypothesis import HealthCheck, settings
 
@@ -33,6 +34,10 @@ class _DropMessages(logging.Filter):
         message = record.getMessage()
         return not any(fragment in message for fragment in self.fragments)
 
+
+# ExecuTorch reads its op tables with importlib.resources' legacy calls when it loads, outside any test.
+for _legacy in ("read_text is deprecated", "open_text is deprecated"):
+    warnings.filterwarnings("ignore", message=_legacy, category=DeprecationWarning)
 
 logging.getLogger("torch.utils._pytree").addFilter(
     _DropMessages("is an Enum subclass and is now natively supported by torch.compile"))
