@@ -6,7 +6,9 @@ Prints the implementation, when and with which versions it was measured, the com
 wall time, the totals per status (tests and model x backend x check cells), the counts per check and
 backend, the gaps the implementation declares, the per-model matrix and the known failures with
 their reasons. ``--markdown`` prints the same as the section docs/conformance.md keeps per
-implementation.
+implementation. ``--known-failures`` prints instead the known-failures file of that run: one strict
+xfail per failed test, keyed by test id, whose reason is the measured message (run the suite with
+``--hfexport-xfails`` pointing at an empty file to measure every failure).
 """
 
 from __future__ import annotations
@@ -89,12 +91,38 @@ def render(data: dict[str, Any], markdown: bool) -> list[str]:
     return out
 
 
+def _measured(message: str | None, limit: int = 400) -> str:
+    """The first line of a failure message, whitespace collapsed, cut at ``limit`` characters."""
+    text = " ".join((message or "").strip().splitlines()[0].split()) if (message or "").strip() else "no message"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def known_failures(data: dict[str, Any]) -> list[str]:
+    """A known-failures TOML for the run: each failed test, keyed by its id, with its measured message."""
+    impl = data.get("implementation", "?")
+    versions = ", ".join(f"{k} {v}" for k, v in sorted((data.get("versions") or {}).items())
+                         if k in ("torch", "transformers", "executorch", "onnxruntime", "onnxscript"))
+    out = [
+        f"# Known failures of {impl}, measured {str(data.get('created', ''))[:10]} ({versions}).",
+        f"# Written by: python -m conformance.report <report.json> --known-failures, from a run of {COMMAND.format(impl=impl)}",
+        "# with an empty --hfexport-xfails file. Key: test id; value: the measured message (first line).",
+        "# Applied strictly: an entry that starts passing is reported (XPASS) so it can be removed.",
+        "",
+    ]
+    failed = sorted({(r["nodeid"], _measured(r.get("message"))) for r in data.get("rows", [])
+                     if r.get("status") in ("fail", "xfail") and r.get("nodeid")})
+    out += [f"{json.dumps(nodeid)} = {json.dumps(message)}" for nodeid, message in failed]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report", type=Path)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--known-failures", action="store_true", help="print the run's known-failures TOML")
     args = parser.parse_args(argv)
-    print("\n".join(render(json.loads(args.report.read_text()), args.markdown)))
+    data = json.loads(args.report.read_text())
+    print("\n".join(known_failures(data) if args.known_failures else render(data, args.markdown)))
     return 0
 
 

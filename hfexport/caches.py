@@ -36,10 +36,18 @@ DERIVED_FROM_TENSORS = {
     "dtype": lambda o: o.keys.dtype,
     "device": lambda o: o.keys.device,
 }
-# A Python-int attribute is part of the spec, except when tracing made it a symbol (a token
+# Python-int token counters that a decode call restates (a sliding layer's count of tokens seen: the
+# 2D mask has past + query columns, see patching.sliding_window). Kept in the spec they would pin a
+# program to the sample's past length (torch.export refuses another spec); left out, they are
+# recomputed on unflatten from the stored length, which is exact until the layer's window fills.
+COUNTERS_FROM_TENSORS = {
+    "cumulative_length": lambda o: o.keys.shape[-2],
+}
+# Any other Python-int attribute is part of the spec, except when tracing made it a symbol (a token
 # count in a returned cache): then it is a leaf, a symbolic int output of the graph.
-# Attributes that never travel (runtime-only handles).
-SKIPPED_ATTRIBUTES = {"prefetch_stream"}
+# Attributes that never travel (runtime-only handles, and the record of recomputed counters).
+_RECOMPUTED = "_hfexport_recomputed_counters"
+SKIPPED_ATTRIBUTES = {"prefetch_stream", _RECOMPUTED}
 
 _TENSOR = "__tensor__"
 
@@ -92,11 +100,19 @@ def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str, names: lis
     for name, value in sorted(vars(obj).items()):  # sorted: a copy or unpickle may reorder __dict__
         if name in SKIPPED_ATTRIBUTES:
             continue
-        if derivable and name in DERIVED_FROM_TENSORS:
+        if derivable and (name in DERIVED_FROM_TENSORS or _restated_counter(obj, name, value)):
             derived.append(name)
             continue
         attrs[name] = _encode(value, tensors, f"{where}.{name}", names)
     return {"__object__": _class_path(type(obj)), "derived": sorted(derived), "attrs": attrs}
+
+
+def _restated_counter(obj: Any, name: str, value: Any) -> bool:
+    """A counter left out of the spec: a plain int, or the value unflatten recomputed (a symbol while tracing)
+    that nothing has reassigned since. A count the graph computed (``+= query``) stays a leaf: an output."""
+    if name not in COUNTERS_FROM_TENSORS:
+        return False
+    return type(value) is int or vars(obj).get(_RECOMPUTED, {}).get(name) is value
 
 
 def _decode(data: Any, tensors: list[Any]) -> Any:
@@ -121,10 +137,13 @@ def _decode(data: Any, tensors: list[Any]) -> Any:
         for name, value in data["attrs"].items():
             setattr(obj, name, _decode(value, tensors))
         for name in data.get("derived", []):
-                try:
-                    setattr(obj, name, DERIVED_FROM_TENSORS[name](obj))
-                except (AttributeError, IndexError, TypeError):
-                    pass  # symbolic or placeholder leaves during spec handling
+            try:
+                value = {**COUNTERS_FROM_TENSORS, **DERIVED_FROM_TENSORS}[name](obj)
+            except (AttributeError, IndexError, TypeError):
+                continue  # symbolic or placeholder leaves during spec handling
+            setattr(obj, name, value)
+            if name in COUNTERS_FROM_TENSORS:
+                vars(obj).setdefault(_RECOMPUTED, {})[name] = value
         return obj
     raise ValueError(f"unknown cache context entry {data!r}")
 

@@ -15,7 +15,7 @@ from .registry import (
     register_fx_program_fix,
     register_patch,
 )
-from . import attention, moe, ssm, vision  # noqa: F401  (register their patches)
+from . import attention, moe, sliding_window, ssm, vision  # noqa: F401  (register their patches)
 
 __all__ = [
     "PATCHES",

@@ -6,6 +6,12 @@ those branches become guards that pin the query length (``!= 1``), so a program
 traced at prefill refuses a one-token call. The replacement below computes the
 same attention with no branch on sizes: repeat KV heads, use the mask when there
 is one, else an explicit bottom-right causal mask.
+
+The query also reaches SDPA with [batch, query, heads, head_dim] memory (viewed back): the CPU
+kernel takes a fast path when ``query.transpose(1, 2)`` is contiguous, which for a query in the
+other layout holds only for one token. phi3's query (rotary over a slice of the fused qkv
+projection) comes in that layout, and its multi-token decode graph guarded
+``8 * attention_mask.size()[2] != 8``: it refused single-token steps.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ def _expand_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.repeat_interleave(t, groups, dim=1)
 
 
+def _query_major(query: torch.Tensor) -> torch.Tensor:
+    """The query with [batch, query, heads, head_dim] memory (see module doc): a clone, so no stride is inspected."""
+    return query.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
+
+
 _DELEGATE_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache")
 
 
@@ -68,6 +79,7 @@ def export_sdpa_factory(original):
             return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                             is_causal=is_causal, **kwargs)
         groups = query.shape[1] // key.shape[1]
+        query = _query_major(query)
         key = _expand_kv(key, groups)
         value = _expand_kv(value, groups)
         if attention_mask is None and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):

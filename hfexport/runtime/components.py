@@ -28,7 +28,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..dynamo import tensor_inputs
-from ..generation import _bind, _clean
+from ..generation import _bind, _clean, explicit_mask
 from ..outputs import spec_leaf_names
 from .base import Runner
 
@@ -99,7 +99,9 @@ class ExportedGenerate:
         self.calls: dict[str, int] = {name: 0 for name in self.runners}
 
     def _serve(self, name: str, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-        inputs = tensor_inputs(_clean(_bind(module, args, kwargs)))
+        call = _clean(_bind(module, args, kwargs))
+        # generate() drops an all-ones mask; the artifact was exported with the explicit one (decompose_for_generation)
+        inputs = tensor_inputs(explicit_mask(call, "attention_mask" in self.runners[name].input_names))
         self.calls[name] += 1
         return self.rebuilders[name](self.runners[name](inputs), name)
 

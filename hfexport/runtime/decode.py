@@ -19,12 +19,13 @@ from typing import Any
 import torch
 
 from .. import caches
+from ..generation import cache_slot_mask
 
 
 def causal_mask(positions: torch.Tensor, cache_len: int, dtype: torch.dtype = torch.bool) -> torch.Tensor:
-    """[1, 1, len(positions), cache_len]: slot j is visible to the query at position p iff j <= p."""
-    mask = torch.arange(cache_len)[None, :] <= positions[:, None]
-    return mask[None, None].to(dtype)
+    """[1, 1, len(positions), cache_len]: slot j is visible to the query at position p iff j <= p
+    (additive 0 / finfo.min for a float mask dtype)."""
+    return cache_slot_mask(positions, cache_len, dtype=dtype)
 
 
 @dataclass
@@ -58,6 +59,15 @@ class DecodeLoop(abc.ABC):
         backend hands the updated cache back as new outputs instead."""
         return []
 
+    @abc.abstractmethod
+    def cache_tensors(self) -> dict[str, torch.Tensor]:
+        """The cache as the caller holds it after the last step, by flat name (``past_key_values.layers.0.keys``)."""
+
+    @abc.abstractmethod
+    def runtime_writes(self) -> dict[str, int]:
+        """Per cache tensor, the address the runtime wrote it to in the last step, read from the runtime's own
+        output objects (a conformance check compares it with ``cache_tensors()``: equal means in place)."""
+
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int) -> GenerationResult:
         if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1:
             raise ValueError(f"prompt_ids must be [1, prompt_len], got {tuple(prompt_ids.shape)}")
@@ -74,7 +84,6 @@ class DecodeLoop(abc.ABC):
         tokens = [token]
         input_ids = torch.empty((1, 1), dtype=torch.long)
         position_ids = torch.empty((1, 1), dtype=torch.long)
-        slots = torch.arange(self.max_cache_len)
         mask = torch.empty((1, 1, 1, self.max_cache_len), dtype=self.mask_dtype)
         per_step = []
         decode_start = time.perf_counter()
@@ -82,7 +91,7 @@ class DecodeLoop(abc.ABC):
             t0 = time.perf_counter()
             input_ids.fill_(token)
             position_ids.fill_(position)
-            mask[0, 0, 0].copy_(slots <= position)
+            mask[0, 0, 0].copy_(causal_mask(torch.tensor([position]), self.max_cache_len, self.mask_dtype)[0, 0, 0])
             logits = self.step(input_ids, mask, position_ids)
             token = int(logits[0, -1].argmax())
             tokens.append(token)
@@ -99,15 +108,18 @@ def _cache_kwarg(template: dict[str, Any]) -> str:
 
 
 def max_cache_length(cache: Any) -> int:
-    """Slots of the longest (full-attention) layer: sliding layers hold only their window."""
+    """Slots of the longest layer (every layer of an export_for_generation cache; an eager StaticCache's
+    sliding layers hold only their window)."""
     return max(layer.keys.shape[2] for layer in cache.layers if isinstance(getattr(layer, "keys", None), torch.Tensor))
 
 
 def resize_static_cache(cache: Any, max_cache_len: int) -> Any:
-    """A zeroed copy of ``cache`` whose layers hold ``max_cache_len`` slots (the graph's cache axis is symbolic)."""
+    """A zeroed copy of ``cache`` whose full-length layers hold ``max_cache_len`` slots (the graph's cache axis is
+    symbolic); layers holding fewer slots (a window) keep them."""
     out = copy.deepcopy(cache)
+    full = max_cache_length(cache)
     for layer in out.layers:
-        if isinstance(getattr(layer, "keys", None), torch.Tensor) and not getattr(layer, "is_sliding", False):
+        if isinstance(getattr(layer, "keys", None), torch.Tensor) and layer.keys.shape[2] == full:
             b, h, _, d = layer.keys.shape
             layer.keys = layer.keys.new_zeros((b, h, max_cache_len, d))
             layer.values = layer.values.new_zeros((b, h, max_cache_len, layer.values.shape[-1]))
@@ -134,6 +146,7 @@ class DynamoDecodeLoop(DecodeLoop):
         mask = template.get("attention_mask")
         self.mask_dtype = mask.dtype if isinstance(mask, torch.Tensor) else torch.bool
         self._takes_mask = isinstance(mask, torch.Tensor)
+        self._writes: dict[str, int] = {}
 
     def reset(self) -> None:
         self.cache.reset()
@@ -141,12 +154,22 @@ class DynamoDecodeLoop(DecodeLoop):
     def cache_storage(self) -> list[torch.Tensor]:
         return caches.cache_tensors(self.cache)
 
+    def cache_tensors(self) -> dict[str, torch.Tensor]:
+        return caches.named_cache_tensors(self.cache, self.cache_name)
+
+    def runtime_writes(self) -> dict[str, int]:
+        return dict(self._writes)
+
     def step(self, input_ids, attention_mask, position_ids):
         kwargs = {"input_ids": input_ids, "position_ids": position_ids, self.cache_name: self.cache}
         if self._takes_mask:
             kwargs["attention_mask"] = attention_mask
         with torch.no_grad():
-            return self.module(**kwargs).logits
+            out = self.module(**kwargs)
+        # torch.export's module writes each USER_INPUT_MUTATION into the tensor that was passed in.
+        self._writes = {n: t.data_ptr() for n, t in caches.named_cache_tensors(kwargs[self.cache_name],
+                                                                              self.cache_name).items()}
+        return out.logits
 
 
 DECODE_LOOPS: dict[str, str] = {

@@ -123,7 +123,7 @@ class Adapter:
         raise NotImplementedError
 
     # -- exporting ---------------------------------------------------------------------------------
-    def config(self, backend: str, **fields: Any) -> Any:
+    def config(self, backend: str, /, **fields: Any) -> Any:
         raise NotImplementedError
 
     def exporter(self, backend: str) -> Any:

@@ -68,7 +68,7 @@ class ModuleAdapter(Adapter):
         return self.module
 
     # -- exporting ---------------------------------------------------------------------------------
-    def config(self, backend: str, **fields: Any) -> Any:
+    def config(self, backend: str, /, **fields: Any) -> Any:
         # from_dict takes serialisable data; live torch.export.Dim specs are set on the built config.
         live = {k: fields.pop(k) for k in ("dynamic_shapes",) if k in fields}
         config = self.module.AutoExportConfig.from_dict({"export_format": backend, **fields})

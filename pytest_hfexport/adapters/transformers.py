@@ -41,7 +41,7 @@ class TransformersAdapter(Adapter):
         return self.module
 
     # -- exporting ---------------------------------------------------------------------------------
-    def config(self, backend: str, **fields: Any) -> Any:
+    def config(self, backend: str, /, **fields: Any) -> Any:
         live = {k: fields.pop(k) for k in ("dynamic_shapes",) if k in fields}
         config = self.module.AutoExportConfig.from_dict({"export_format": backend, **fields})
         return dataclasses.replace(config, **live) if live else config
