@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hfexport-installed
 PINS   := $(wildcard hfexport/pins/*.txt)
 TORCH_PIN := $(shell grep -E '^torch==' hfexport/pins/core.txt)
 
-.PHONY: run run-all matrix test test-all conformance-peer env clean-venv
+.PHONY: run run-all matrix lint test test-all conformance-peer env clean-venv
 
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,14 @@ run-all: $(STAMP)
 matrix: $(STAMP)
 	$(BIN)/python -m conformance.matrix
 
-test: $(STAMP)
+# Lint, format and types of the three packages (seconds), then the tests.
+LINTED := hfexport pytest_hfexport conformance
+lint: $(STAMP)
+	$(BIN)/python -m ruff check --quiet $(LINTED)
+	$(BIN)/python -m ruff format --check --quiet $(LINTED)
+	$(BIN)/python -m mypy
+
+test: lint
 	$(BIN)/python -m pytest -n 2
 
 test-all: $(STAMP)

@@ -100,17 +100,26 @@ def _measured(message: str | None, limit: int = 400) -> str:
 def known_failures(data: dict[str, Any]) -> list[str]:
     """A known-failures TOML for the run: each failed test, keyed by its id, with its measured message."""
     impl = data.get("implementation", "?")
-    versions = ", ".join(f"{k} {v}" for k, v in sorted((data.get("versions") or {}).items())
-                         if k in ("torch", "transformers", "executorch", "onnxruntime", "onnxscript"))
+    versions = ", ".join(
+        f"{k} {v}"
+        for k, v in sorted((data.get("versions") or {}).items())
+        if k in ("torch", "transformers", "executorch", "onnxruntime", "onnxscript")
+    )
     out = [
         f"# Known failures of {impl}, measured {str(data.get('created', ''))[:10]} ({versions}).",
-        f"# Written by: python -m conformance.report <report.json> --known-failures, from a run of {COMMAND.format(impl=impl)}",
+        "# Written by: python -m conformance.report <report.json> --known-failures, from a run of",
+        f"# {COMMAND.format(impl=impl)}",
         "# with an empty --hfexport-xfails file. Key: test id; value: the measured message (first line).",
         "# Applied strictly: an entry that starts passing is reported (XPASS) so it can be removed.",
         "",
     ]
-    failed = sorted({(r["nodeid"], _measured(r.get("message"))) for r in data.get("rows", [])
-                     if r.get("status") in ("fail", "xfail") and r.get("nodeid")})
+    failed = sorted(
+        {
+            (r["nodeid"], _measured(r.get("message")))
+            for r in data.get("rows", [])
+            if r.get("status") in ("fail", "xfail") and r.get("nodeid")
+        }
+    )
     out += [f"{json.dumps(nodeid)} = {json.dumps(message)}" for nodeid, message in failed]
     return out
 

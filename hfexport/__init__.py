@@ -4,16 +4,16 @@ The public API. Backends whose packages are missing still import:
 their exporters raise a clear ImportError when instantiated.
 """
 
-from .configs import DynamoConfig, ExecutorchConfig, ExportConfigMixin, ExportFormat, OnnxConfig
-from .base import HfExporter
-from .registry import AUTO_CONFIG_MAPPING, AUTO_EXPORTER_MAPPING, register_export_config, register_exporter
-from .auto import AutoExportConfig, AutoHfExporter
-from .patching import register_fx_node_fix, register_fx_program_fix, register_patch
-from .errors import HfExportError
-from .dynamo import DynamoExporter
-from .onnx import OnnxExporter
-from .executorch import ExecutorchExporter
 from . import caches as _caches
+from .auto import AutoExportConfig, AutoHfExporter
+from .base import HfExporter
+from .configs import DynamoConfig, ExecutorchConfig, ExportConfigMixin, ExportFormat, OnnxConfig
+from .dynamo import DynamoExporter
+from .errors import HfExportError
+from .executorch import ExecutorchExporter
+from .onnx import OnnxExporter
+from .patching import register_fx_node_fix, register_fx_program_fix, register_patch
+from .registry import AUTO_CONFIG_MAPPING, AUTO_EXPORTER_MAPPING, register_export_config, register_exporter
 
 for _name, _cls in (("dynamo", DynamoConfig), ("onnx", OnnxConfig), ("executorch", ExecutorchConfig)):
     register_export_config(_name)(_cls)

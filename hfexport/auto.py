@@ -6,7 +6,8 @@ names are re-exported here for code that imports them from this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .registry import (
     AUTO_CONFIG_MAPPING,
@@ -37,7 +38,7 @@ class AutoExportConfig:
     """Build the config class that a dict's ``export_format`` names."""
 
     def __init__(self) -> None:
-        raise EnvironmentError("AutoExportConfig is not instantiated; use AutoExportConfig.from_dict(...)")
+        raise OSError("AutoExportConfig is not instantiated; use AutoExportConfig.from_dict(...)")
 
     @classmethod
     def from_dict(cls, config_dict: Mapping[str, Any]) -> ExportConfigMixin:
@@ -56,7 +57,7 @@ class AutoHfExporter:
     """Build the exporter for a config (or a config dict, or a format name)."""
 
     def __init__(self) -> None:
-        raise EnvironmentError("AutoHfExporter is not instantiated; use AutoHfExporter.from_config(config)")
+        raise OSError("AutoHfExporter is not instantiated; use AutoHfExporter.from_config(config)")
 
     @classmethod
     def from_config(cls, config: ExportConfigMixin | Mapping[str, Any] | str) -> HfExporter:

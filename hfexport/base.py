@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import abc
 import logging
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from . import environment
 from .configs import ExportConfigMixin, ExportFormat
@@ -70,7 +71,9 @@ class HfExporter(abc.ABC):
             _DRIFT_WARNED.add(cls)
             logger.warning(
                 "%s was tested with other versions than installed: %s. Exports usually still work; "
-                "pin the tested versions for production.", cls.__name__, ", ".join(drift)
+                "pin the tested versions for production.",
+                cls.__name__,
+                ", ".join(drift),
             )
 
     # -- config ---------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def _class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _class_from_path(path: str) -> type:
+def _class_from_path(path: str) -> Any:  # a class
     module, qualname = path.split(":", 1)
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
@@ -64,7 +64,7 @@ def _class_from_path(path: str) -> type:
     return obj
 
 
-def _encode(value: Any, tensors: list[torch.Tensor], where: str, names: list[str] | None = None) -> Any:
+def _encode(value: Any, tensors: list[Any], where: str, names: list[str] | None = None) -> Any:
     """Object graph -> JSON-safe structure, tensors replaced by their index in ``tensors``."""
     if isinstance(value, (torch.Tensor, torch.SymInt)):
         tensors.append(value)
@@ -80,7 +80,10 @@ def _encode(value: Any, tensors: list[torch.Tensor], where: str, names: list[str
     if isinstance(value, type):
         return {"__class__": _class_path(value)}
     if isinstance(value, (list, tuple)):
-        return {"__seq__": type(value).__name__, "items": [_encode(v, tensors, f"{where}.{i}", names) for i, v in enumerate(value)]}
+        return {
+            "__seq__": type(value).__name__,
+            "items": [_encode(v, tensors, f"{where}.{i}", names) for i, v in enumerate(value)],
+        }
     if isinstance(value, dict):
         if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in value):
             raise TypeError(f"cache attribute {where} is a dict with keys other than str/int; cannot flatten it")
@@ -95,7 +98,9 @@ def _encode(value: Any, tensors: list[torch.Tensor], where: str, names: list[str
 
 def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str, names: list[str] | None = None) -> dict:
     attrs = {}
-    derivable = isinstance(getattr(obj, "keys", None), torch.Tensor) and isinstance(getattr(obj, "values", None), torch.Tensor)
+    derivable = isinstance(getattr(obj, "keys", None), torch.Tensor) and isinstance(
+        getattr(obj, "values", None), torch.Tensor
+    )
     derived = []
     for name, value in sorted(vars(obj).items()):  # sorted: a copy or unpickle may reorder __dict__
         if name in SKIPPED_ATTRIBUTES:
@@ -133,7 +138,7 @@ def _decode(data: Any, tensors: list[Any]) -> Any:
         return {k: _decode(v, tensors) for k, v in data["__map__"]}
     if "__object__" in data:
         cls = _class_from_path(data["__object__"])
-        obj = cls.__new__(cls)
+        obj = cls.__new__(cls)  # no __init__: the attributes follow
         for name, value in data["attrs"].items():
             setattr(obj, name, _decode(value, tensors))
         for name in data.get("derived", []):
@@ -224,8 +229,9 @@ def _allow_unpickling() -> None:
     # Every class cache_utils defines: layer kinds such as LinearAttentionLayer (Mamba) are not all
     # CacheLayerMixin subclasses.
     defined = [v for v in vars(cache_utils).values() if isinstance(v, type) and v.__module__ == cache_utils.__name__]
-    torch.serialization.add_safe_globals([*cache_classes(), *_subclasses(cache_utils.CacheLayerMixin), *defined,
-                                          *_subclasses(ModelOutput)])
+    torch.serialization.add_safe_globals(
+        [*cache_classes(), *_subclasses(cache_utils.CacheLayerMixin), *defined, *_subclasses(ModelOutput)]
+    )
 
 
 def is_cache(value: Any) -> bool:

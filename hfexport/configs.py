@@ -117,7 +117,7 @@ def _spec_from_data(data: Any) -> Any:
             return tuple(_spec_from_data(v) for v in data["__tuple__"])
         out = {}
         for k, v in data.items():
-            key: Any = int(k[len("__axis__"):]) if k.startswith("__axis__") else k
+            key: Any = int(k[len("__axis__") :]) if k.startswith("__axis__") else k
             out[key] = _spec_from_data(v)
         return out
     if isinstance(data, (list, tuple)):
@@ -152,8 +152,11 @@ class ExportConfigMixin:
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict with ``export_format`` first; ``from_dict`` rebuilds an equal config."""
-        data: dict[str, Any] = {"export_format": str(ExportFormat(self.export_format).value)
-                                if isinstance(self.export_format, ExportFormat) else str(self.export_format)}
+        data: dict[str, Any] = {
+            "export_format": str(ExportFormat(self.export_format).value)
+            if isinstance(self.export_format, ExportFormat)
+            else str(self.export_format)
+        }
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "dynamic_shapes" and value is not None:
@@ -165,7 +168,7 @@ class ExportConfigMixin:
         return json.dumps(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_dict(cls, config_dict: dict[str, Any]) -> "ExportConfigMixin":
+    def from_dict(cls, config_dict: dict[str, Any]) -> ExportConfigMixin:
         """Rebuild a config; on the mixin itself, dispatch on ``export_format`` through the registry."""
         if not isinstance(config_dict, dict):
             raise TypeError(f"from_dict expects a dict, got {type(config_dict).__name__}")
@@ -184,15 +187,13 @@ class ExportConfigMixin:
         known = {f.name for f in dataclasses.fields(target)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(
-                f"{target.__name__} has no field(s) {unknown}; its fields are {sorted(known)}"
-            )
+            raise ValueError(f"{target.__name__} has no field(s) {unknown}; its fields are {sorted(known)}")
         if data.get("dynamic_shapes") is not None:
             data["dynamic_shapes"] = _spec_from_data(data["dynamic_shapes"])
         return target(**data)
 
     @classmethod
-    def from_json_string(cls, text: str) -> "ExportConfigMixin":
+    def from_json_string(cls, text: str) -> ExportConfigMixin:
         return cls.from_dict(json.loads(text))
 
     def __iter__(self):
@@ -206,7 +207,7 @@ class ExportConfigMixin:
     def __hash__(self) -> int:
         return hash(self.to_json_string())
 
-    def replace(self, **changes: Any) -> "ExportConfigMixin":
+    def replace(self, **changes: Any) -> ExportConfigMixin:
         return dataclasses.replace(self, **changes)
 
 

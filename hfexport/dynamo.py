@@ -19,19 +19,20 @@ import contextlib
 import inspect
 import logging
 import time
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
 
 import torch
 
 from . import caches, shapes
-from .registry import register_exporter
 from .base import HfExporter
-from .configs import DynamoConfig, ExportFormat
+from .configs import DynamoConfig, ExportConfigMixin, ExportFormat
 from .errors import HfExportError
 from .io import atomic_output
 from .model_state import preserved, stateful_attributes_cleared
 from .patching import apply_fx_program_fixes, apply_patches
 from .patching.attention import check_attention_exportable
+from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +101,8 @@ class DynamoExporter(HfExporter):
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo",)
     file_suffix = ".pt2"
 
-    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: DynamoConfig | None = None) -> Any:
-        config = self.resolve_config(config)
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
+        config = cast(DynamoConfig, self.resolve_config(config))  # resolve_config checked the format
         program = self.trace(model, sample_inputs, config)
         # Functionalise (no decompositions): in-place writes to inputs, e.g. a StaticCache, become
         # USER_INPUT_MUTATION outputs that program.module() applies back to the caller's tensors.

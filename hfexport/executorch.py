@@ -39,20 +39,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.utils._pytree as pytree
 
 from . import caches
-from .registry import register_exporter
-from .configs import ExecutorchConfig, ExportFormat
+from .configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
 from .patching import executorch_fixes
+from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ def side_file(path: str | Path) -> Path:
     return path.with_name(path.name + SIDE_SUFFIX)
 
 
-
-
 class CacheOwner(torch.nn.Module):
     """The model with its StaticCache held as buffers: ExecuTorch then owns the cache as mutable state.
 
@@ -93,8 +92,9 @@ class CacheOwner(torch.nn.Module):
         leaves, self._spec = pytree.tree_flatten(cache)
         names = list(caches.named_cache_tensors(cache, cache_name))
         if len(names) != len(leaves) or not all(isinstance(t, torch.Tensor) for t in leaves):
-            raise HfExportError(f"the {cache_name} cache has non-tensor state; it cannot become buffers",
-                                stage="export")
+            raise HfExportError(
+                f"the {cache_name} cache has non-tensor state; it cannot become buffers", stage="export"
+            )
         self.attributes: dict[str, str] = {}
         for name, leaf in zip(names, leaves):
             attr = name.replace(".", "_")
@@ -137,8 +137,9 @@ class ExecutorchExporter(DynamoExporter):
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "executorch")
     file_suffix = ".pte"
 
-    def __init__(self, max_batch: int = DEFAULT_MAX_BATCH, max_length: int = DEFAULT_MAX_LENGTH,
-                 cache_as_buffers: bool = False) -> None:
+    def __init__(
+        self, max_batch: int = DEFAULT_MAX_BATCH, max_length: int = DEFAULT_MAX_LENGTH, cache_as_buffers: bool = False
+    ) -> None:
         """``cache_as_buffers``: a StaticCache in the sample becomes state the program owns (see ``CacheOwner``)."""
         super().__init__()
         if max_batch < 2 or max_length < 2:
@@ -148,9 +149,9 @@ class ExecutorchExporter(DynamoExporter):
         self.cache_as_buffers = bool(cache_as_buffers)
 
     # -- export -----------------------------------------------------------------------------------
-    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExecutorchConfig | None = None) -> Any:
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
         """Trace, bound, lower and plan; returns the ExecutorchProgramManager with ``hfexport_io`` names."""
-        config = self.resolve_config(config)
+        config = cast(ExecutorchConfig, self.resolve_config(config))  # resolve_config checked the format
         if config.backend == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(
                 "ExecutorchConfig(backend='cuda') needs a CUDA device, and torch.cuda.is_available() is False here. "
@@ -174,13 +175,15 @@ class ExecutorchExporter(DynamoExporter):
             io["owned_inputs"] = owned
             io["sample_shapes"].update({n: list(model.get_buffer(a).shape) for n, a in owned.items()})
         setattr(manager, IO_ATTR, io)
-        logger.info("ExecuTorch export of %s (%s) took %.1fs", type(model).__name__, config.backend,
-                    time.perf_counter() - start)
+        logger.info(
+            "ExecuTorch export of %s (%s) took %.1fs", type(model).__name__, config.backend, time.perf_counter() - start
+        )
         return manager
 
     # -- bounds -----------------------------------------------------------------------------------
-    def bound_dynamic_dims(self, program: torch.export.ExportedProgram, graph_inputs: Mapping[str, Any],
-                           model: Any = None) -> dict[str, list[int]]:
+    def bound_dynamic_dims(
+        self, program: torch.export.ExportedProgram, graph_inputs: Mapping[str, Any], model: Any = None
+    ) -> dict[str, list[int]]:
         """Give every unbounded symbol an upper bound, in place; returns {symbol: [min, max]} of all symbols."""
         from torch.utils._sympy.numbers import int_oo
         from torch.utils._sympy.value_ranges import ValueRanges
@@ -194,8 +197,9 @@ class ExecutorchExporter(DynamoExporter):
         shape_env = None
         for node in program.graph.nodes:
             val = node.meta.get("val") if node.op == "placeholder" else None
-            if isinstance(val, torch.Tensor) and getattr(val, "fake_mode", None) is not None:
-                shape_env = val.fake_mode.shape_env
+            fake_mode = getattr(val, "fake_mode", None) if isinstance(val, torch.Tensor) else None
+            if fake_mode is not None:
+                shape_env = fake_mode.shape_env
                 break
         bounds: dict[str, list[int]] = {}
         capped: list[str] = []
@@ -213,17 +217,24 @@ class ExecutorchExporter(DynamoExporter):
             else:
                 bounds[str(sym)] = [lower, int(vr.upper)]
         if capped:
-            logger.info("ExecuTorch plans memory for the largest accepted shapes: unbounded dynamic axes get "
-                        "max_batch=%d / max_length=%d: %s (pass explicit Dim(min, max) or "
-                        "ExecutorchExporter(max_batch=, max_length=) to change)",
-                        self.max_batch, max_length, ", ".join(capped))
+            logger.info(
+                "ExecuTorch plans memory for the largest accepted shapes: unbounded dynamic axes get "
+                "max_batch=%d / max_length=%d: %s (pass explicit Dim(min, max) or "
+                "ExecutorchExporter(max_batch=, max_length=) to change)",
+                self.max_batch,
+                max_length,
+                ", ".join(capped),
+            )
         return bounds
 
     @staticmethod
     def _dynamic_axes(program: torch.export.ExportedProgram, input_names: list[str]) -> dict[str, list[int]]:
         """{flat input name: [dynamic axes]}: the runner checks the static axes exactly, the others by bound."""
-        user = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"
-                and hasattr(s.arg, "name")]
+        user = [
+            s.arg.name
+            for s in program.graph_signature.input_specs
+            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
+        ]
         if len(user) != len(input_names):
             return {}
         nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
@@ -237,9 +248,12 @@ class ExecutorchExporter(DynamoExporter):
     @staticmethod
     def _batch_symbols(program: torch.export.ExportedProgram) -> set[Any]:
         """Symbols that size axis 0 of a 2D+ user input (batch axes)."""
-        user = {s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"
-                and hasattr(s.arg, "name")}
-        out = set()
+        user = {
+            s.arg.name
+            for s in program.graph_signature.input_specs
+            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
+        }
+        out: set[Any] = set()
         for node in program.graph.nodes:
             if node.op != "placeholder" or node.name not in user:
                 continue
@@ -313,18 +327,25 @@ class ExecutorchExporter(DynamoExporter):
             with executorch_fixes.lowering_patches(), self.tracing_mode(config):
                 manager = edge.to_executorch(self.backend_config(config))
         except Exception as exc:
-            raise HfExportError(f"ExecuTorch to_executorch (memory planning, emission) failed: "
-                                f"{type(exc).__name__}: {_brief(exc)}", stage="lowering") from exc
-        logger.info("ExecuTorch lowering took %.1fs, to_executorch %.1fs", lowered - start,
-                    time.perf_counter() - lowered)
+            raise HfExportError(
+                f"ExecuTorch to_executorch (memory planning, emission) failed: {type(exc).__name__}: {_brief(exc)}",
+                stage="lowering",
+            ) from exc
+        logger.info(
+            "ExecuTorch lowering took %.1fs, to_executorch %.1fs", lowered - start, time.perf_counter() - lowered
+        )
         return manager
 
     @staticmethod
     def _check_still_dynamic(program: torch.export.ExportedProgram, edge: Any) -> None:
         """A pass that guards on a hint turns a dynamic axis static silently: say so instead."""
+
         def dims(ep: Any) -> list[tuple[str, list[bool]]]:
-            user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"
-                    and hasattr(s.arg, "name")]
+            user = [
+                s.arg.name
+                for s in ep.graph_signature.input_specs
+                if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
+            ]
             nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
             out = []
             for name in user:
@@ -338,16 +359,21 @@ class ExecutorchExporter(DynamoExporter):
         except Exception:  # pragma: no cover - introspection only
             return
         before = dims(program)
-        lost = [f"{a[0]} axis {i}" for a, b in zip(after, before) for i, (x, y) in enumerate(zip(a[1], b[1]))
-                if y and not x]
+        lost = [
+            f"{a[0]} axis {i}" for a, b in zip(after, before) for i, (x, y) in enumerate(zip(a[1], b[1])) if y and not x
+        ]
         if lost:
-            logger.warning("ExecuTorch lowering made dynamic axes static (%s): the program will refuse other "
-                           "sizes on them. A pass guarded on the sample size; please report it.", ", ".join(lost))
+            logger.warning(
+                "ExecuTorch lowering made dynamic axes static (%s): the program will refuse other "
+                "sizes on them. A pass guarded on the sample size; please report it.",
+                ", ".join(lost),
+            )
 
     # -- names --------------------------------------------------------------------------------------
     @staticmethod
-    def _io_record(manager: Any, input_names: list[str], config: ExecutorchConfig,
-                   bounds: dict[str, list[int]]) -> dict[str, Any]:
+    def _io_record(
+        manager: Any, input_names: list[str], config: ExecutorchConfig, bounds: dict[str, list[int]]
+    ) -> dict[str, Any]:
         """Names of the method's positional inputs and outputs, in runtime order."""
         ep = manager.exported_program("forward")
         signature = ep.graph_signature
@@ -356,8 +382,11 @@ class ExecutorchExporter(DynamoExporter):
             by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names) if hasattr(s.arg, "name")}
             names_in = list(input_names)
         else:
-            logger.warning("the program has %d user inputs but the sample flattens to %d names; inputs keep "
-                           "positional names", len(user_inputs), len(input_names))
+            logger.warning(
+                "the program has %d user inputs but the sample flattens to %d names; inputs keep positional names",
+                len(user_inputs),
+                len(input_names),
+            )
             by_placeholder = {}
             names_in = [f"input_{i}" for i in range(len(user_inputs))]
         user_outputs = [s for s in signature.output_specs if s.kind.name == "USER_OUTPUT"]
@@ -378,8 +407,11 @@ class ExecutorchExporter(DynamoExporter):
             "mutable_buffers": [s.target for s in signature.output_specs if s.kind.name == "BUFFER_MUTATION"],
             "dynamic_dims": bounds,
             "backend": config.backend,
-            "alloc": {"graph_input": config.alloc_graph_input, "graph_output": config.alloc_graph_output,
-                      "mutable_buffers": config.alloc_mutable_buffers},
+            "alloc": {
+                "graph_input": config.alloc_graph_input,
+                "graph_output": config.alloc_graph_output,
+                "mutable_buffers": config.alloc_mutable_buffers,
+            },
         }
 
     # -- artifacts ----------------------------------------------------------------------------------
@@ -402,8 +434,9 @@ class ExecutorchExporter(DynamoExporter):
         except HfExportError:
             raise
         except Exception as exc:
-            raise HfExportError(f"saving the ExecuTorch program to {target} failed: {type(exc).__name__}: {exc}",
-                                stage="save") from exc
+            raise HfExportError(
+                f"saving the ExecuTorch program to {target} failed: {type(exc).__name__}: {exc}", stage="save"
+            ) from exc
         if io is None and side.exists():
             logger.warning("%s is left from an earlier save; it does not describe this program", side)
         return written

@@ -27,7 +27,8 @@ import contextlib
 import copy
 import inspect
 import logging
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 
@@ -72,8 +73,10 @@ def record_calls(modules: Mapping[str, torch.nn.Module]) -> Iterator[list[tuple[
     log: list[tuple[str, dict[str, Any]]] = []
     handles = []
     for name, module in modules.items():
+
         def hook(mod, args, kwargs, name=name):
             log.append((name, copy.deepcopy(_bind(mod, args, kwargs))))
+
         handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     try:
         yield log
@@ -153,7 +156,9 @@ def merge_decode_calls(steps: list[dict[str, Any]], user_mask: torch.Tensor | No
     if key == "decoder_input_ids":
         masks = [s.get("decoder_attention_mask") for s in steps]
         if all(isinstance(m, torch.Tensor) and m.dim() == 4 for m in masks):
-            merged["decoder_attention_mask"] = torch.cat(masks, dim=2)  # static self-attention cache rows
+            merged["decoder_attention_mask"] = torch.cat(
+                [m for m in masks if m is not None], dim=2
+            )  # static self-attention cache rows
         elif isinstance(merged.get("decoder_attention_mask"), torch.Tensor):
             merged.pop("decoder_attention_mask")  # per-step decoder masks: let the model rebuild it
         return merged
@@ -168,8 +173,9 @@ def _attention_cache_of(call: Mapping[str, Any]) -> Any:
     """The call's KV cache (a Cache with key/value layers), or None (no cache, or recurrent state only)."""
     for value in call.values():
         layers = getattr(value, "layers", None)
-        if isinstance(layers, (list, tuple)) and any(isinstance(getattr(l, "keys", None), torch.Tensor)
-                                                     for l in layers):
+        if isinstance(layers, (list, tuple)) and any(
+            isinstance(getattr(layer, "keys", None), torch.Tensor) for layer in layers
+        ):
             return value
     return None
 
@@ -196,8 +202,11 @@ def padding_mask(call: Mapping[str, Any], user_mask: torch.Tensor | None) -> tor
             return None
         return torch.cat([user_mask, user_mask.new_ones(batch, query)], dim=1)
     past = _past_length(cache)
-    prompt = (user_mask if isinstance(user_mask, torch.Tensor) and user_mask.shape == (batch, past)
-              else torch.ones(batch, past, dtype=torch.long, device=ids.device))
+    prompt = (
+        user_mask
+        if isinstance(user_mask, torch.Tensor) and user_mask.shape == (batch, past)
+        else torch.ones(batch, past, dtype=torch.long, device=ids.device)
+    )
     return torch.cat([prompt, prompt.new_ones(batch, query)], dim=1)
 
 
@@ -212,8 +221,10 @@ def explicit_mask(call: dict[str, Any], accepts_mask: bool) -> dict[str, Any]:
     if not accepts_mask or not isinstance(ids, torch.Tensor) or call.get("attention_mask") is not None:
         return call
     past = _past_length(_attention_cache_of(call))
-    return {**call, "attention_mask": torch.ones(ids.shape[0], past + ids.shape[1], dtype=torch.long,
-                                                 device=ids.device)}
+    return {
+        **call,
+        "attention_mask": torch.ones(ids.shape[0], past + ids.shape[1], dtype=torch.long, device=ids.device),
+    }
 
 
 def accepts_attention_mask(module: Any) -> bool:
@@ -223,8 +234,9 @@ def accepts_attention_mask(module: Any) -> bool:
         return False
 
 
-def cache_slot_mask(query_slots: torch.Tensor, cache_len: int, valid: torch.Tensor | None = None,
-                    dtype: torch.dtype = torch.bool) -> torch.Tensor:
+def cache_slot_mask(
+    query_slots: torch.Tensor, cache_len: int, valid: torch.Tensor | None = None, dtype: torch.dtype = torch.bool
+) -> torch.Tensor:
     """The guide's static-cache mask [batch, 1, query, cache_len]: slot j is visible from the query in slot p
     iff j <= p and slot j is ``valid`` (not padding); a row left empty sees its own slot.
 
@@ -255,15 +267,17 @@ def static_decode_call(call: dict[str, Any], user_mask: torch.Tensor | None) -> 
         return call
     ids = call[_token_key(call)]
     batch, query = ids.shape[0], ids.shape[1]
-    cache_len = max(layer.keys.shape[-2] for layer in cache.layers if isinstance(getattr(layer, "keys", None),
-                                                                                 torch.Tensor))
+    cache_len = max(
+        layer.keys.shape[-2] for layer in cache.layers if isinstance(getattr(layer, "keys", None), torch.Tensor)
+    )
     past = _past_length(cache)
     valid = torch.ones(batch, cache_len, dtype=torch.bool, device=ids.device)
     if isinstance(user_mask, torch.Tensor) and user_mask.dim() == 2 and user_mask.shape[0] == batch:
         valid[:, : user_mask.shape[1]] = user_mask.to(torch.bool)
     out = dict(call)
-    out["attention_mask"] = cache_slot_mask(torch.arange(past, past + query, device=ids.device), cache_len, valid,
-                                            _mask_dtype(call.get("attention_mask")))
+    out["attention_mask"] = cache_slot_mask(
+        torch.arange(past, past + query, device=ids.device), cache_len, valid, _mask_dtype(call.get("attention_mask"))
+    )
     return out
 
 
@@ -283,8 +297,9 @@ def _generation_config(model: Any, generation_config: Any, new_tokens: int) -> A
     return config
 
 
-def capture_generation_calls(model: Any, inputs: Mapping[str, Any], generation_config: Any = None,
-                             new_tokens: int = 2) -> dict[str, list[dict[str, Any]]]:
+def capture_generation_calls(
+    model: Any, inputs: Mapping[str, Any], generation_config: Any = None, new_tokens: int = 2
+) -> dict[str, list[dict[str, Any]]]:
     """Run generate once; return {target name: [kwargs of each call]} for every hooked module."""
     if not hasattr(model, "generate"):
         raise TypeError(f"{type(model).__name__} has no generate(); export_for_generation needs a generative model")
@@ -298,9 +313,11 @@ def capture_generation_calls(model: Any, inputs: Mapping[str, Any], generation_c
         with torch.no_grad(), apply_patches("generation"), record_calls(targets) as log:
             model.generate(**copy.deepcopy(dict(inputs)), generation_config=config)
     except Exception as exc:
-        raise HfExportError(f"generate() failed while capturing the components of {type(model).__name__}: "
-                            f"{type(exc).__name__}: {exc}. Check that the inputs are what generate() takes.",
-                            stage="eager") from exc
+        raise HfExportError(
+            f"generate() failed while capturing the components of {type(model).__name__}: "
+            f"{type(exc).__name__}: {exc}. Check that the inputs are what generate() takes.",
+            stage="eager",
+        ) from exc
     finally:
         model.train(was_training)
     calls: dict[str, list[dict[str, Any]]] = {}
@@ -310,8 +327,9 @@ def capture_generation_calls(model: Any, inputs: Mapping[str, Any], generation_c
     return calls
 
 
-def decompose_for_generation(model: Any, inputs: Mapping[str, Any], generation_config: Any = None,
-                             multi_token_decode: bool = False) -> Components:
+def decompose_for_generation(
+    model: Any, inputs: Mapping[str, Any], generation_config: Any = None, multi_token_decode: bool = False
+) -> Components:
     """``{component name: (submodule, kwargs)}`` captured from one real generate() run.
 
     Decoder-only and SSM models: ``prefill``, ``decode``. Encoder-decoder: ``encoder``,
@@ -322,8 +340,11 @@ def decompose_for_generation(model: Any, inputs: Mapping[str, Any], generation_c
     targets: dict[str, torch.nn.Module] = calls.pop("__targets__")  # type: ignore[assignment]
     top = calls.get("model", [])
     if len(top) < 2:
-        raise HfExportError(f"generate() called {type(model).__name__}.forward {len(top)} time(s); a prefill and at "
-                            "least one decode step are needed (did generation stop at an EOS token?)", stage="eager")
+        raise HfExportError(
+            f"generate() called {type(model).__name__}.forward {len(top)} time(s); a prefill and at "
+            "least one decode step are needed (did generation stop at an EOS token?)",
+            stage="eager",
+        )
     masked = accepts_attention_mask(model)
     prefill, steps = explicit_mask(top[0], masked), [explicit_mask(step, masked) for step in top[1:]]
     user_mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
@@ -344,6 +365,7 @@ def decompose_for_generation(model: Any, inputs: Mapping[str, Any], generation_c
 
 # -- export over the components --------------------------------------------------------
 
+
 def _configs_by_component(exporter: Any, names: list[str], config: Any) -> dict[str, Any]:
     if isinstance(config, Mapping) and "export_format" not in config:
         given = set(config)
@@ -351,7 +373,8 @@ def _configs_by_component(exporter: Any, names: list[str], config: Any) -> dict[
         if missing or unknown:
             raise ValueError(
                 "a per-component config dict must name every component exactly: "
-                f"expected {sorted(names)}" + (f"; missing {missing}" if missing else "")
+                f"expected {sorted(names)}"
+                + (f"; missing {missing}" if missing else "")
                 + (f"; unknown {unknown}" if unknown else "")
             )
         return {name: exporter.resolve_config(config[name]) for name in names}
@@ -365,8 +388,10 @@ def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
     Every row is the same example, so generate() makes the same choices per row; images, audio
     features and grids repeat with their token rows, so placeholders and features still agree.
     """
-    return {k: v.repeat(batch, *[1] * (v.dim() - 1)) if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == 1
-            else v for k, v in inputs.items()}
+    return {
+        k: v.repeat(batch, *[1] * (v.dim() - 1)) if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == 1 else v
+        for k, v in inputs.items()
+    }
 
 
 def _widen_for_export(config: Any, generation_config: Any, inputs: Mapping[str, Any]) -> bool:
@@ -386,8 +411,14 @@ def _widen_for_export(config: Any, generation_config: Any, inputs: Mapping[str, 
     return dynamic and not static_cache and ids is not None and ids.shape[0] == 1
 
 
-def export_components(exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any = None,
-                      generation_config: Any = None, multi_token_decode: bool = False) -> dict[str, Any]:
+def export_components(
+    exporter: Any,
+    model: Any,
+    inputs: Mapping[str, Any],
+    config: Any = None,
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> dict[str, Any]:
     """What ``HfExporter.export_for_generation`` does: decompose, then export each component."""
     if isinstance(config, Mapping) and "export_format" not in config:
         for value in config.values():  # validate the types before the (slow) generate run

@@ -21,20 +21,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, cast
 
 import torch
-import torch.utils._pytree as pytree
 
-from .registry import register_exporter
-from .configs import ExportFormat, OnnxConfig
+from .configs import ExportConfigMixin, ExportFormat, OnnxConfig
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
-from .patching import apply_fx_node_fixes
-from .patching import onnx_fixes
+from .patching import apply_fx_node_fixes, onnx_fixes
+from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +76,6 @@ def resolve_opset(requested: int | None) -> int:
     return requested
 
 
-
-
 def _all_values(model: Any):
     import onnx_ir as ir
 
@@ -98,9 +95,9 @@ class OnnxExporter(DynamoExporter):
     patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "onnx")
     file_suffix = ".onnx"
 
-    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: OnnxConfig | None = None) -> Any:
+    def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
         """Trace with the Dynamo stages, lower to ONNX, name everything, write ``output_path`` if set."""
-        config = self.resolve_config(config)
+        config = cast(OnnxConfig, self.resolve_config(config))  # resolve_config checked the format
         opset = resolve_opset(config.opset_version)
         graph_inputs, _ = split_inputs(sample_inputs)
         input_names = list(flatten_named(graph_inputs).keys())
@@ -113,19 +110,22 @@ class OnnxExporter(DynamoExporter):
         return onnx_program
 
     # -- lowering -------------------------------------------------------------------------------------
-    def lower(self, program: torch.export.ExportedProgram, config: OnnxConfig, opset: int,
-              input_names: list[str]) -> Any:
+    def lower(
+        self, program: torch.export.ExportedProgram, config: OnnxConfig, opset: int, input_names: list[str]
+    ) -> Any:
         """ExportedProgram -> ONNXProgram (stages 1-6 of the module doc)."""
         from torch.onnx._internal.exporter import _core, _registration
 
         user_inputs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         if len(user_inputs) != len(input_names):
-            logger.warning("the program has %d user inputs but the sample flattens to %d names; "
-                           "keeping torch's input names", len(user_inputs), len(input_names))
+            logger.warning(
+                "the program has %d user inputs but the sample flattens to %d names; keeping torch's input names",
+                len(user_inputs),
+                len(input_names),
+            )
             names_by_placeholder = {}
         else:
-            names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names)
-                                    if hasattr(s.arg, "name")}
+            names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names) if hasattr(s.arg, "name")}
         output_names = self._user_output_names(program)
 
         registry = _registration.ONNXRegistry.from_torchlib(opset_version=max(opset, MIN_OPSET))
@@ -211,12 +211,16 @@ class OnnxExporter(DynamoExporter):
         specs = [s for s in program.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
         if len(specs) != len(names):
             return names
-        return [n for n, s in zip(names, specs)
-                if not (type(s.arg).__name__ == "ConstantArgument" and getattr(s.arg, "value", 0) is None)]
+        return [
+            n
+            for n, s in zip(names, specs)
+            if not (type(s.arg).__name__ == "ConstantArgument" and getattr(s.arg, "value", 0) is None)
+        ]
 
     @staticmethod
-    def _name_values(model: Any, inputs_by_placeholder: dict[str, str], output_names: list[str],
-                     mutated: list[tuple[str, str]]) -> None:
+    def _name_values(
+        model: Any, inputs_by_placeholder: dict[str, str], output_names: list[str], mutated: list[tuple[str, str]]
+    ) -> None:
         """Give graph inputs and outputs their flat names, with ``input.``/``output.`` on clashes."""
         import onnx_ir as ir
 
@@ -228,8 +232,12 @@ class OnnxExporter(DynamoExporter):
         placeholder_to_flat = dict(inputs_by_placeholder)
         n_user = len(graph.outputs) - len(mutated)
         if n_user != len(output_names):
-            logger.warning("the ONNX graph has %d outputs but the program's output spec has %d leaves; "
-                           "outputs keep positional names", n_user, len(output_names))
+            logger.warning(
+                "the ONNX graph has %d outputs but the program's output spec has %d leaves; "
+                "outputs keep positional names",
+                n_user,
+                len(output_names),
+            )
             output_names = [f"output_{i}" for i in range(n_user)]
         out_names = list(output_names)
         mutation_values = list(graph.outputs)[n_user:]
@@ -320,11 +328,13 @@ class OnnxExporter(DynamoExporter):
         except HfExportError:
             raise
         except Exception as exc:
-            raise HfExportError(f"saving the ONNX model to {target} failed: {type(exc).__name__}: {exc}",
-                                stage="save") from exc
+            raise HfExportError(
+                f"saving the ONNX model to {target} failed: {type(exc).__name__}: {exc}", stage="save"
+            ) from exc
         if not external_data and (target.parent / side).exists():
-            logger.info("%s is left from an earlier save with external data; this model does not use it",
-                        target.parent / side)
+            logger.info(
+                "%s is left from an earlier save with external data; this model does not use it", target.parent / side
+            )
         return written
 
     @classmethod

@@ -8,7 +8,8 @@ for every tensor: ``logits``, ``last_hidden_state``,
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

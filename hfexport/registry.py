@@ -18,10 +18,11 @@ that defines it: ``hfexport.base`` marks ``HfExporter`` with ``@exporter_base`` 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-AUTO_EXPORTER_MAPPING: dict[str, type] = {}
-AUTO_CONFIG_MAPPING: dict[str, type] = {}
+AUTO_EXPORTER_MAPPING: dict[str, Any] = {}  # name -> exporter class
+AUTO_CONFIG_MAPPING: dict[str, Any] = {}  # name -> config class
 
 # The base class each registry accepts, set when hfexport.base and hfexport.configs load.
 _BASES: dict[str, type] = {}
@@ -46,8 +47,9 @@ def _key(name: Any) -> str:
 def _check_subclass(kind: str, decorator: str, name: Any, cls: Any) -> None:
     base = _BASES.get(kind)
     if base is None:  # not reachable through `import hfexport`, which loads both bases first
-        raise RuntimeError(f"{decorator}({name!r}) was called before hfexport defined the {kind} base class; "
-                           "import hfexport first")
+        raise RuntimeError(
+            f"{decorator}({name!r}) was called before hfexport defined the {kind} base class; import hfexport first"
+        )
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise TypeError(f"{decorator}({name!r}) needs a subclass of {base.__name__}, got {cls!r}")
 
@@ -78,7 +80,7 @@ def _unknown(kind: str, name: Any, known: Mapping[str, Any]) -> ValueError:
     return ValueError(f"unknown export_format {_key(name)!r} for {kind}; known formats: {sorted(known)}")
 
 
-def config_class_for(name: Any) -> type:
+def config_class_for(name: Any) -> Any:
     """The config class registered for the format ``name``; ValueError listing the known formats otherwise."""
     try:
         return AUTO_CONFIG_MAPPING[_key(name)]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -54,8 +55,12 @@ def auto_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
             "(batch, sequence, cache length) export faster"
         )
         _LOGGED_AUTO_HINT = True
-    return {name: map_shapes(value, _auto_axes(name, top_level=True)) if isinstance(value, torch.Tensor)
-            else map_shapes(value, _auto_axes(name, top_level=False)) for name, value in inputs.items()}
+    return {
+        name: map_shapes(value, _auto_axes(name, top_level=True))
+        if isinstance(value, torch.Tensor)
+        else map_shapes(value, _auto_axes(name, top_level=False))
+        for name, value in inputs.items()
+    }
 
 
 # The query (token) axis of the usual generation inputs, by input name (negative: from the end;
@@ -97,5 +102,5 @@ def symbolic_size_one(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
         yield

@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .arguments import FORMAT_BY_SUFFIX, FORMATS, SUFFIX_BY_FORMAT, TOLERANCE, build_parser
 from .env import cmd_env, format_env
@@ -75,8 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"hfexport {args.command}: error: {exc}", file=sys.stderr)
         if args.json:
-            emit_json({"command": args.command, "exit_code": exc.code, "status":
-                       "usage_error" if exc.code == EXIT_USAGE else "failed", "error": str(exc)})
+            emit_json(
+                {
+                    "command": args.command,
+                    "exit_code": exc.code,
+                    "status": "usage_error" if exc.code == EXIT_USAGE else "failed",
+                    "error": str(exc),
+                }
+            )
         return exc.code
     except KeyboardInterrupt:
         print("hfexport: interrupted", file=sys.stderr)
@@ -84,8 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug of ours must still give exit 3 and a way forward
         if args.verbose:
             traceback.print_exc(file=sys.stderr)
-        message = (f"unexpected {type(exc).__name__}: {exc}. This is a bug in hfexport's command line; rerun with "
-                   "-v for the traceback and report it (the Python API, hfexport.AutoHfExporter, may work meanwhile).")
+        message = (
+            f"unexpected {type(exc).__name__}: {exc}. This is a bug in hfexport's command line; rerun with "
+            "-v for the traceback and report it (the Python API, hfexport.AutoHfExporter, may work meanwhile)."
+        )
         print(f"hfexport {args.command}: error: {message}", file=sys.stderr)
         if args.json:
             emit_json({"command": args.command, "exit_code": EXIT_FAILED, "status": "failed", "error": message})
@@ -100,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(format_env(result))
     if code == EXIT_MISMATCH and not args.json:
-        print("hfexport: outputs differ from eager beyond the tolerance (exit 1). Look at the worst output "
-              "above; try --no-dynamic, another --opset, or report it with hfexport.json.", file=sys.stderr)
+        print(
+            "hfexport: outputs differ from eager beyond the tolerance (exit 1). Look at the worst output "
+            "above; try --no-dynamic, another --opset, or report it with hfexport.json.",
+            file=sys.stderr,
+        )
     return code

@@ -58,65 +58,114 @@ def _token_ids(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hfexport", description="Export transformers models from a local folder to torch.export "
-                     "(.pt2), ONNX (.onnx) or ExecuTorch (.pte), check them against eager, and run them.",
-                     epilog="Exit codes: 0 ok, 1 mismatch against eager, 2 usage error, 3 export failed.")
+    parser = _Parser(
+        prog="hfexport",
+        description="Export transformers models from a local folder to torch.export "
+        "(.pt2), ONNX (.onnx) or ExecuTorch (.pte), check them against eager, and run them.",
+        epilog="Exit codes: 0 ok, 1 mismatch against eager, 2 usage error, 3 export failed.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="{export,run,env}", parser_class=_Parser)
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print a machine-readable result on stdout (progress "
-                        "and messages still go to stderr)")
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--json",
+        action="store_true",
+        help="print a machine-readable result on stdout (progress and messages still go to stderr)",
+    )
     common.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no warnings")
-    common.add_argument("-v", "--verbose", action="store_true", help="log hfexport's INFO messages and full "
-                        "tracebacks on failure")
+    common.add_argument(
+        "-v", "--verbose", action="store_true", help="log hfexport's INFO messages and full tracebacks on failure"
+    )
 
-    ex = sub.add_parser("export", parents=[common], help="export a local model folder",
-                        description="Export a model folder written by save_pretrained. Plain exports are saved as "
-                        "DIR/model.<suffix>; with --for-generation each component as DIR/<component>.<suffix>. "
-                        "DIR/hfexport.json records what was exported, the config, versions, files and errors.")
+    ex = sub.add_parser(
+        "export",
+        parents=[common],
+        help="export a local model folder",
+        description="Export a model folder written by save_pretrained. Plain exports are saved as "
+        "DIR/model.<suffix>; with --for-generation each component as DIR/<component>.<suffix>. "
+        "DIR/hfexport.json records what was exported, the config, versions, files and errors.",
+    )
     ex.add_argument("path", help="local model folder (what save_pretrained writes: config.json + weights)")
     ex.add_argument("--format", "-f", required=True, help=f"one of {', '.join(FORMATS)}")
     ex.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the artifacts (created)")
-    ex.add_argument("--for-generation", action="store_true",
-                    help="split into generation components (prefill, decode, encoders...) and export each")
-    ex.add_argument("--multi-token-decode", action="store_true",
-                    help="one decode graph for 1..k query tokens (needs --for-generation)")
-    ex.add_argument("--static-cache", type=_positive_int, metavar="N",
-                    help="export against a StaticCache of N slots (needs --for-generation); with "
-                    "--multi-token-decode this gives the decode graph 'hfexport run' drives")
-    ex.add_argument("--dynamic", action=argparse.BooleanOptionalAction, default=None,
-                    help="mark batch/sequence axes dynamic (default: on for --static-cache with "
-                    "--multi-token-decode, where the decode loop needs a symbolic query axis; off otherwise)")
+    ex.add_argument(
+        "--for-generation",
+        action="store_true",
+        help="split into generation components (prefill, decode, encoders...) and export each",
+    )
+    ex.add_argument(
+        "--multi-token-decode",
+        action="store_true",
+        help="one decode graph for 1..k query tokens (needs --for-generation)",
+    )
+    ex.add_argument(
+        "--static-cache",
+        type=_positive_int,
+        metavar="N",
+        help="export against a StaticCache of N slots (needs --for-generation); with "
+        "--multi-token-decode this gives the decode graph 'hfexport run' drives",
+    )
+    ex.add_argument(
+        "--dynamic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="mark batch/sequence axes dynamic (default: on for --static-cache with "
+        "--multi-token-decode, where the decode loop needs a symbolic query axis; off otherwise)",
+    )
     ex.add_argument("--backend", choices=EXECUTORCH_BACKENDS, help="ExecuTorch delegate (default xnnpack)")
     ex.add_argument("--opset", type=int, help="ONNX opset (default: the newest the installed onnxscript supports)")
-    ex.add_argument("--check", action="store_true", help="load every artifact back from disk and compare each "
-                    "output with eager PyTorch (max abs error per backend on fp32 outputs: " +
-                    ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + "; looser for fp16/bf16, exact for "
-                    "integer and bool outputs)")
+    ex.add_argument(
+        "--check",
+        action="store_true",
+        help="load every artifact back from disk and compare each "
+        "output with eager PyTorch (max abs error per backend on fp32 outputs: "
+        + ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items())
+        + "; looser for fp16/bf16, exact for "
+        "integer and bool outputs)",
+    )
     ex.add_argument("--atol", type=_tolerance, help="override the backend's tolerance for --check (every output)")
     ex.add_argument("--batch", type=_positive_int, default=1, help="batch size of the sample inputs (default 1)")
     ex.add_argument("--seq-len", type=_positive_int, default=8, help="tokens per sample row (default 8)")
     ex.add_argument("--attn-implementation", help="load the model with this attention (e.g. sdpa, eager)")
     ex.add_argument("--seed", type=int, default=0, help="seed of the random sample inputs (default 0)")
 
-    run = sub.add_parser("run", parents=[common], help="run an exported static-cache decode loop",
-                         description="Greedy decode with the exported 'decode' graph of DIR (exported with "
-                         "--for-generation --multi-token-decode --static-cache N): prefill the prompt, then one "
-                         "token per call. Prints the tokens and decode tokens/second.")
+    run = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run an exported static-cache decode loop",
+        description="Greedy decode with the exported 'decode' graph of DIR (exported with "
+        "--for-generation --multi-token-decode --static-cache N): prefill the prompt, then one "
+        "token per call. Prints the tokens and decode tokens/second.",
+    )
     run.add_argument("dir", help="folder written by 'hfexport export --for-generation'")
     run.add_argument("--prompt-ids", required=True, type=_token_ids, help="comma list of token ids, e.g. 1,2,3")
     run.add_argument("--max-new-tokens", type=_positive_int, default=16, help="tokens to generate (default 16)")
-    run.add_argument("--format", "-f", choices=FORMATS, help="which artifact to run when DIR holds several "
-                     "(default: the one hfexport.json names)")
-    run.add_argument("--max-cache-len", type=_positive_int, help="resize the cache (the graph's cache axis is "
-                     "symbolic); default: the exported length")
+    run.add_argument(
+        "--format",
+        "-f",
+        choices=FORMATS,
+        help="which artifact to run when DIR holds several (default: the one hfexport.json names)",
+    )
+    run.add_argument(
+        "--max-cache-len",
+        type=_positive_int,
+        help="resize the cache (the graph's cache axis is symbolic); default: the exported length",
+    )
     run.add_argument("--warmup", type=int, default=0, help="untimed runs before the timed one (default 0)")
-    run.add_argument("--compare-eager", metavar="MODEL_PATH", help="also run eager model.generate with the same "
-                     "static cache and say whether the tokens match (exit 1 if not)")
+    run.add_argument(
+        "--compare-eager",
+        metavar="MODEL_PATH",
+        help="also run eager model.generate with the same "
+        "static cache and say whether the tokens match (exit 1 if not)",
+    )
 
-    sub.add_parser("env", parents=[common], help="installed versions beside the pins, and usable backends",
-                   description="Installed versions beside hfexport's tested pins (drift marked) and which export "
-                   "backends are usable here.")
+    sub.add_parser(
+        "env",
+        parents=[common],
+        help="installed versions beside the pins, and usable backends",
+        description="Installed versions beside hfexport's tested pins (drift marked) and which export "
+        "backends are usable here.",
+    )
     return parser
 
 
@@ -129,19 +178,24 @@ def validate_export_args(args: argparse.Namespace) -> None:
     if args.static_cache and not args.for_generation:
         raise usage_error("--static-cache N sizes the generation cache: add --for-generation")
     if args.backend and args.format != "executorch":
-        raise usage_error(f"--backend picks the ExecuTorch delegate; drop it, or use --format executorch "
-                          f"(got --format {args.format})")
+        raise usage_error(
+            f"--backend picks the ExecuTorch delegate; drop it, or use --format executorch (got --format {args.format})"
+        )
     if args.opset is not None and args.format != "onnx":
         raise usage_error(f"--opset applies to ONNX only; drop it, or use --format onnx (got --format {args.format})")
     if args.opset is not None and args.opset < 18:
-        raise usage_error(f"--opset {args.opset}: the torch.export-based ONNX exporter emits opset 18 or newer; "
-                          "pass 18 or more, or leave --opset out for the newest supported")
+        raise usage_error(
+            f"--opset {args.opset}: the torch.export-based ONNX exporter emits opset 18 or newer; "
+            "pass 18 or more, or leave --opset out for the newest supported"
+        )
     if args.atol is not None and not args.check:
         raise usage_error("--atol sets the tolerance of --check: add --check")
     if args.static_cache and args.static_cache <= args.seq_len + 3:
-        raise usage_error(f"--static-cache {args.static_cache} cannot hold the {args.seq_len}-token sample prompt "
-                          f"plus the decode steps captured; use --static-cache {args.seq_len + 8} or more, "
-                          "or a smaller --seq-len")
+        raise usage_error(
+            f"--static-cache {args.static_cache} cannot hold the {args.seq_len}-token sample prompt "
+            f"plus the decode steps captured; use --static-cache {args.seq_len + 8} or more, "
+            "or a smaller --seq-len"
+        )
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise usage_error(f"-o {args.output} is a file; pass a folder (it is created if missing)")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .arguments import TOLERANCE
 from .inputs import sample_inputs
@@ -25,20 +26,23 @@ def _rows(names: Any, result: Any) -> list[dict[str, Any]]:
     for name in names:
         diff = result.outputs.get(name)
         if diff is None:
-            rows.append({"output": name, "max_abs_error": None, "problem": "missing from the artifact's outputs",
-                         "ok": False})
+            rows.append(
+                {"output": name, "max_abs_error": None, "problem": "missing from the artifact's outputs", "ok": False}
+            )
             continue
         error = diff.max_abs if math.isfinite(diff.max_abs) else None  # inf: shapes differ, no error to state
         rows.append({"output": name, "max_abs_error": error, "problem": diff.note or None, "ok": diff.ok})
     return rows
 
 
-def check_artifact(path: Path, module: Any, kwargs: Mapping[str, Any], backend: str, atol: float | None,
-                   label: str) -> dict[str, Any]:
+def check_artifact(
+    path: Path, module: Any, kwargs: Mapping[str, Any], backend: str, atol: float | None, label: str
+) -> dict[str, Any]:
     """Load ``path`` back from disk with hfexport.runtime and compare it with ``module(**kwargs)``.
 
     ``atol`` overrides the verdict engine's tolerance for every output; None keeps its per-dtype bars."""
     import torch
+
     from pytest_hfexport.compare import compare
     from pytest_hfexport.naming import flat_named
 
@@ -50,8 +54,12 @@ def check_artifact(path: Path, module: Any, kwargs: Mapping[str, Any], backend: 
         with torch.no_grad():
             reference = flat_named(module(**copy.deepcopy(dict(kwargs))))
     except Exception as exc:
-        result.update(status="error", outputs=[], error=f"the eager model itself failed on these inputs, so there "
-                      f"is nothing to compare with: {type(exc).__name__}: {str(exc)[:600]}")
+        result.update(
+            status="error",
+            outputs=[],
+            error=f"the eager model itself failed on these inputs, so there "
+            f"is nothing to compare with: {type(exc).__name__}: {str(exc)[:600]}",
+        )
         return result
     try:
         runner = runtime.load(path)
@@ -64,15 +72,25 @@ def check_artifact(path: Path, module: Any, kwargs: Mapping[str, Any], backend: 
     verdict = compare(reference, got, backend, tolerance=atol, label=label)
     rows = _rows(reference, verdict)
     errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
-    result.update(outputs=rows, max_abs_error=max(errors) if errors else None,
-                  status="pass" if rows and verdict.ok else "mismatch")
+    result.update(
+        outputs=rows,
+        max_abs_error=max(errors) if errors else None,
+        status="pass" if rows and verdict.ok else "mismatch",
+    )
     if verdict.extra:  # informational: the artifact returns more than eager does
         result["extra_outputs"] = list(verdict.extra)
     return result
 
 
-def check_all(args: argparse.Namespace, model: Any, inputs: Mapping[str, Any], generation_config: Any,
-              dynamic: bool, paths: Mapping[str, Path], progress: Progress) -> list[dict[str, Any]]:
+def check_all(
+    args: argparse.Namespace,
+    model: Any,
+    inputs: Mapping[str, Any],
+    generation_config: Any,
+    dynamic: bool,
+    paths: Mapping[str, Path],
+    progress: Progress,
+) -> list[dict[str, Any]]:
     """Every artifact of an export against eager: generation components on the inputs ``generate()`` gave
     each of them, a plain export on the sample (and, when dynamic, on another batch and length)."""
     import torch

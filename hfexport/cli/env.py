@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import EXIT_OK
 from .progress import Progress
@@ -47,15 +48,29 @@ def cmd_env(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str
     from .. import __version__
     from ..environment import environment_report
 
-    packages = [{"package": p.name, "pinned": p.pinned, "installed": p.installed,
-                 "status": "missing" if p.missing else ("DRIFT" if p.drift else "ok")} for p in environment_report()]
-    return EXIT_OK, {"hfexport": __version__, "python": sys.version.split()[0], "packages": packages,
-                     "backends": backend_status()}
+    packages = [
+        {
+            "package": p.name,
+            "pinned": p.pinned,
+            "installed": p.installed,
+            "status": "missing" if p.missing else ("DRIFT" if p.drift else "ok"),
+        }
+        for p in environment_report()
+    ]
+    return EXIT_OK, {
+        "hfexport": __version__,
+        "python": sys.version.split()[0],
+        "packages": packages,
+        "backends": backend_status(),
+    }
 
 
 def format_env(result: Mapping[str, Any]) -> str:
-    lines = [f"hfexport {result['hfexport']} on Python {result['python']}", "",
-             f"{'package':<16} {'pinned':<12} {'installed':<16} status"]
+    lines = [
+        f"hfexport {result['hfexport']} on Python {result['python']}",
+        "",
+        f"{'package':<16} {'pinned':<12} {'installed':<16} status",
+    ]
     for p in result["packages"]:
         lines.append(f"{p['package']:<16} {p['pinned'] or '-':<12} {p['installed'] or '-':<16} {p['status']}")
     drift = [p["package"] for p in result["packages"] if p["status"] != "ok"]

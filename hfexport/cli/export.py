@@ -11,8 +11,9 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .arguments import SUFFIX_BY_FORMAT, validate_export_args
 from .check import check_all, format_check
@@ -46,8 +47,10 @@ def _exporter_for(config: Any) -> Any:
     try:
         return AutoHfExporter.from_config(config)
     except ImportError as exc:
-        raise export_failed(f"the {config.export_format} backend is not usable here: {exc} "
-                            "('hfexport env' lists what each backend needs)") from exc
+        raise export_failed(
+            f"the {config.export_format} backend is not usable here: {exc} "
+            "('hfexport env' lists what each backend needs)"
+        ) from exc
 
 
 def _model_config_dict(model: Any) -> dict[str, Any]:
@@ -65,19 +68,29 @@ def cmd_export(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[
         import torch
 
         if not torch.cuda.is_available():
-            raise usage_error("--backend cuda needs a CUDA machine and this one has none; use --backend xnnpack "
-                              "(CPU) or --backend portable")
+            raise usage_error(
+                "--backend cuda needs a CUDA machine and this one has none; use --backend xnnpack "
+                "(CPU) or --backend portable"
+            )
     dynamic = args.dynamic if args.dynamic is not None else bool(args.static_cache and args.multi_token_decode)
 
     out_dir = Path(args.output)
     manifest: dict[str, Any] = {
-        "model_path": str(folder.resolve()), "format": args.format, "for_generation": args.for_generation,
-        "multi_token_decode": args.multi_token_decode, "static_cache": args.static_cache, "dynamic": dynamic,
-        "status": "started", "files": [], "components": {}, "errors": [],
+        "model_path": str(folder.resolve()),
+        "format": args.format,
+        "for_generation": args.for_generation,
+        "multi_token_decode": args.multi_token_decode,
+        "static_cache": args.static_cache,
+        "dynamic": dynamic,
+        "status": "started",
+        "files": [],
+        "components": {},
+        "errors": [],
     }
     code = EXIT_OK
     try:
         import torch
+
         config = make_export_config(args, dynamic)
         manifest["export_config"] = config.to_dict()
         exporter = _exporter_for(config)
@@ -87,17 +100,21 @@ def cmd_export(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[
         manifest["architectures"] = list(getattr(model.config, "architectures", None) or [])
         manifest["model_config"] = _model_config_dict(model)
         if args.for_generation and not (hasattr(model, "can_generate") and model.can_generate()):
-            raise usage_error(f"{type(model).__name__} cannot generate, so it has no generation components; drop "
-                              "--for-generation (or save a generative head, e.g. *ForCausalLM)")
+            raise usage_error(
+                f"{type(model).__name__} cannot generate, so it has no generation components; drop "
+                "--for-generation (or save a generative head, e.g. *ForCausalLM)"
+            )
         torch.manual_seed(args.seed)
         try:
             inputs = sample_inputs(model, args.batch, args.seq_len, args.for_generation)
         except CliError:
             raise
         except Exception as exc:
-            raise export_failed(f"could not build sample inputs for {type(model).__name__} from its config: "
-                                f"{type(exc).__name__}: {exc}. Export it from Python with your own inputs "
-                                "(hfexport.AutoHfExporter).") from exc
+            raise export_failed(
+                f"could not build sample inputs for {type(model).__name__} from its config: "
+                f"{type(exc).__name__}: {exc}. Export it from Python with your own inputs "
+                "(hfexport.AutoHfExporter)."
+            ) from exc
         manifest["sample_inputs"] = describe_inputs(inputs)
         generation_config = None
         if args.static_cache:
@@ -110,9 +127,15 @@ def cmd_export(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[
         start = time.perf_counter()
         if args.for_generation:
             with progress.step(f"exporting generation components of {type(model).__name__} to {args.format}"):
-                programs = _run_export(lambda: exporter.export_for_generation(
-                    model, inputs, config, generation_config=generation_config,
-                    multi_token_decode=args.multi_token_decode))
+                programs = _run_export(
+                    lambda: exporter.export_for_generation(
+                        model,
+                        inputs,
+                        config,
+                        generation_config=generation_config,
+                        multi_token_decode=args.multi_token_decode,
+                    )
+                )
         else:
             with progress.step(f"exporting {type(model).__name__} to {args.format}"):
                 programs = {"model": _run_export(lambda: exporter.export(model, inputs, config))}
@@ -125,8 +148,10 @@ def cmd_export(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[
                 try:
                     written = exporter.save(program, str(path))
                 except Exception as exc:
-                    raise export_failed(f"[{name}] saving {path} failed: {type(exc).__name__}: {exc}. Check that "
-                                        f"{out_dir} is writable and has space.") from exc
+                    raise export_failed(
+                        f"[{name}] saving {path} failed: {type(exc).__name__}: {exc}. Check that "
+                        f"{out_dir} is writable and has space."
+                    ) from exc
                 paths[name] = path
                 files = [os.path.relpath(f, out_dir) for f in written]
                 manifest["components"][name] = {"file": path.name, "files": files}
@@ -160,13 +185,17 @@ def _run_export(fn: Any) -> Any:
     try:
         return fn()
     except HfExportError as exc:
-        raise export_failed(f"export failed at stage '{exc.stage}': {exc}\nRun with -v for the traceback; "
-                            "DIR/hfexport.json records the error.") from exc
+        raise export_failed(
+            f"export failed at stage '{exc.stage}': {exc}\nRun with -v for the traceback; "
+            "DIR/hfexport.json records the error."
+        ) from exc
     except NotImplementedError as exc:
         raise export_failed(f"this backend cannot export yet: {exc}. Use --format dynamo or onnx meanwhile.") from exc
     except Exception as exc:  # noqa: BLE001 - every failure maps to exit 3 with the message
-        raise export_failed(f"export failed: {type(exc).__name__}: {exc}\nRun with -v for the traceback; "
-                            "try --no-dynamic / --dynamic, or --attn-implementation sdpa.") from exc
+        raise export_failed(
+            f"export failed: {type(exc).__name__}: {exc}\nRun with -v for the traceback; "
+            "try --no-dynamic / --dynamic, or --attn-implementation sdpa."
+        ) from exc
 
 
 def format_export(result: Mapping[str, Any], out_dir: str) -> str:

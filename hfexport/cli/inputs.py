@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .errors import export_failed
 
@@ -59,8 +60,13 @@ def _vlm_inputs(config: Any, batch: int, seq: int, params: set[str]) -> dict[str
     image_token = getattr(config, "image_token_id", None)
     if image_token is None:
         image_token = getattr(config, "image_token_index", None)
-    specials = [image_token] + [getattr(config, k, None) for k in ("video_token_id", "vision_start_token_id",
-                                                                    "vision_end_token_id")]
+    if image_token is None:
+        raise ValueError(f"{type(config).__name__} names no image token (image_token_id / image_token_index)")
+    specials = [image_token] + [
+        t
+        for t in (getattr(config, k, None) for k in ("video_token_id", "vision_start_token_id", "vision_end_token_id"))
+        if t is not None
+    ]
     text = _token_ids_tensor(config, batch, max(seq, 2), avoid=specials)
     if getattr(vision, "spatial_merge_size", None) and getattr(vision, "temporal_patch_size", None):
         merge, patch, tps = vision.spatial_merge_size, vision.patch_size, vision.temporal_patch_size
@@ -71,17 +77,23 @@ def _vlm_inputs(config: Any, batch: int, seq: int, params: set[str]) -> dict[str
         if getattr(config, "vision_start_token_id", None) is not None:
             image = [config.vision_start_token_id] + image + [config.vision_end_token_id]
         ids = torch.cat([text[:, :1], torch.tensor([image]).expand(batch, -1), text[:, 1:]], dim=1)
-        out = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-               "pixel_values": torch.randn(batch * grid * grid, channels * tps * patch * patch),
-               "image_grid_thw": torch.tensor([[1, grid, grid]] * batch)}
+        out = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(batch * grid * grid, channels * tps * patch * patch),
+            "image_grid_thw": torch.tensor([[1, grid, grid]] * batch),
+        }
         if "mm_token_type_ids" in params:
-            out["mm_token_type_ids"] = (ids == image_token).long()
+            out["mm_token_type_ids"] = ids.eq(image_token).long()
         return out
     size = vision.image_size
     channels = getattr(vision, "num_channels", 3)
     ids = torch.cat([text[:, :1], torch.full((batch, _image_token_count(config)), image_token), text[:, 1:]], dim=1)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-            "pixel_values": torch.randn(batch, channels, size, size)}
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "pixel_values": torch.randn(batch, channels, size, size),
+    }
 
 
 def sample_inputs(model: Any, batch: int, seq: int, for_generation: bool) -> dict[str, Any]:
@@ -121,5 +133,8 @@ def sample_inputs(model: Any, batch: int, seq: int, for_generation: bool) -> dic
 def describe_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
-    return {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
-            for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    return {
+        k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
+        for k, v in inputs.items()
+        if isinstance(v, torch.Tensor)
+    }

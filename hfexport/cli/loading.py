@@ -12,13 +12,17 @@ def check_model_folder(path: str) -> Path:
     """A folder with config.json, or a usage error that says what a model folder is."""
     folder = Path(path)
     if not folder.exists():
-        raise usage_error(f"{path}: no such folder. Pass a local model folder, i.e. what "
-                          "model.save_pretrained(folder) writes (the hub is not used).")
+        raise usage_error(
+            f"{path}: no such folder. Pass a local model folder, i.e. what "
+            "model.save_pretrained(folder) writes (the hub is not used)."
+        )
     if not folder.is_dir():
         raise usage_error(f"{path} is a file, not a folder. Pass the folder that holds config.json and the weights.")
     if not (folder / "config.json").is_file():
-        raise usage_error(f"{path} has no config.json, so it is not a model folder. Write one with "
-                          "model.save_pretrained(folder) (or config.save_pretrained + weights) and pass that folder.")
+        raise usage_error(
+            f"{path} has no config.json, so it is not a model folder. Write one with "
+            "model.save_pretrained(folder) (or config.save_pretrained + weights) and pass that folder."
+        )
     return folder
 
 
@@ -39,7 +43,7 @@ def auto_class_for(config: Any) -> Any:
         (transformers.AutoModelForImageTextToText, ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES),
     ]
     architectures = list(getattr(config, "architectures", None) or [])
-    model_type = getattr(config, "model_type", None)
+    model_type = str(getattr(config, "model_type", ""))
 
     def names(value: Any) -> tuple[str, ...]:
         return tuple(value) if isinstance(value, (list, tuple)) else (value,)
@@ -61,8 +65,10 @@ def load_model(path: Path, attn_implementation: str | None = None) -> Any:
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
-        raise usage_error(f"{path}/config.json could not be read as a transformers config: {type(exc).__name__}: "
-                          f"{exc}. Write the folder with save_pretrained.") from exc
+        raise usage_error(
+            f"{path}/config.json could not be read as a transformers config: {type(exc).__name__}: "
+            f"{exc}. Write the folder with save_pretrained."
+        ) from exc
     model_cls = auto_class_for(config)
     kwargs: dict[str, Any] = {"local_files_only": True}
     if attn_implementation:
@@ -70,6 +76,8 @@ def load_model(path: Path, attn_implementation: str | None = None) -> Any:
     try:
         model = model_cls.from_pretrained(str(path), **kwargs)
     except Exception as exc:
-        raise export_failed(f"could not load the model in {path} with {model_cls.__name__}: {type(exc).__name__}: "
-                            f"{exc}. Check that the folder holds the weights save_pretrained wrote.") from exc
+        raise export_failed(
+            f"could not load the model in {path} with {model_cls.__name__}: {type(exc).__name__}: "
+            f"{exc}. Check that the folder holds the weights save_pretrained wrote."
+        ) from exc
     return model.eval()

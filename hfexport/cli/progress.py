@@ -11,7 +11,8 @@ import logging
 import sys
 import time
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class Progress:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .arguments import FORMAT_BY_SUFFIX, FORMATS, SUFFIX_BY_FORMAT
 from .errors import EXIT_MISMATCH, EXIT_OK, export_failed, usage_error
@@ -26,18 +27,23 @@ def find_decode_artifact(folder: Path, fmt: str | None) -> tuple[Path, str, dict
         found = [folder / f"decode{SUFFIX_BY_FORMAT[f]}" for f in ([fmt] if fmt else FORMATS)]
         found = [p for p in found if p.is_file()]
         if len(found) > 1:
-            raise usage_error(f"{folder} holds several decode graphs ({', '.join(p.name for p in found)}); pick one "
-                              "with --format")
+            raise usage_error(
+                f"{folder} holds several decode graphs ({', '.join(p.name for p in found)}); pick one with --format"
+            )
         if not found:
-            raise usage_error(f"{folder} has no decode graph{' for ' + fmt if fmt else ''}. Export one with "
-                              "'hfexport export MODEL --for-generation --multi-token-decode --static-cache N -o "
-                              f"{folder}'.")
+            raise usage_error(
+                f"{folder} has no decode graph{' for ' + fmt if fmt else ''}. Export one with "
+                "'hfexport export MODEL --for-generation --multi-token-decode --static-cache N -o "
+                f"{folder}'."
+            )
         path = found[0]
     if not path.is_file():
         raise usage_error(f"{path} is named in {MANIFEST} but missing; export again")
     if manifest and not manifest.get("static_cache") and manifest.get("components", {}).get("decode"):
-        raise usage_error(f"{folder}'s decode graph was exported without a static cache, which the decode loop "
-                          "needs; export again with --for-generation --multi-token-decode --static-cache N")
+        raise usage_error(
+            f"{folder}'s decode graph was exported without a static cache, which the decode loop "
+            "needs; export again with --for-generation --multi-token-decode --static-cache N"
+        )
     return path, FORMAT_BY_SUFFIX[path.suffix], manifest
 
 
@@ -46,13 +52,19 @@ def eager_generate(model: Any, prompt: Any, max_new_tokens: int, max_cache_len: 
     import torch
     from transformers import GenerationConfig
 
-    config = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
-                              num_beams=1, cache_implementation="static", max_cache_len=max_cache_len,
-                              pad_token_id=getattr(model.generation_config, "pad_token_id", None) or 0)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        cache_implementation="static",
+        max_cache_len=max_cache_len,
+        pad_token_id=getattr(model.generation_config, "pad_token_id", None) or 0,
+    )
     start = time.perf_counter()
     with torch.no_grad():
         out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
-    return out[0, prompt.shape[1]:].tolist(), time.perf_counter() - start
+    return out[0, prompt.shape[1] :].tolist(), time.perf_counter() - start
 
 
 def cmd_run(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str, Any]]:
@@ -60,15 +72,22 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str
     path, backend, manifest = find_decode_artifact(folder, args.format)
     model_folder = check_model_folder(args.compare_eager) if args.compare_eager else None
     vocab = manifest.get("model_config", {}).get("vocab_size") or (
-        manifest.get("model_config", {}).get("text_config", {}) or {}).get("vocab_size")
+        manifest.get("model_config", {}).get("text_config", {}) or {}
+    ).get("vocab_size")
     if vocab and max(args.prompt_ids) >= vocab:
-        raise usage_error(f"--prompt-ids holds {max(args.prompt_ids)}, but the vocabulary has {vocab} tokens "
-                          f"(ids 0..{vocab - 1})")
-    result: dict[str, Any] = {"artifact": str(path), "backend": backend, "prompt_ids": args.prompt_ids,
-                              "max_new_tokens": args.max_new_tokens}
+        raise usage_error(
+            f"--prompt-ids holds {max(args.prompt_ids)}, but the vocabulary has {vocab} tokens (ids 0..{vocab - 1})"
+        )
+    result: dict[str, Any] = {
+        "artifact": str(path),
+        "backend": backend,
+        "prompt_ids": args.prompt_ids,
+        "max_new_tokens": args.max_new_tokens,
+    }
     import torch
 
     from ..runtime.decode import decode_loop
+
     # Graphs exported with a symbolic cache axis (ONNX) cannot tell the loop their length: the manifest can.
     cache_len = args.max_cache_len or manifest.get("static_cache")
     options = {"max_cache_len": int(cache_len)} if cache_len else {}
@@ -76,8 +95,10 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str
         try:
             loop = decode_loop(str(path), backend, **options)
         except (ImportError, ModuleNotFoundError, AttributeError) as exc:
-            raise export_failed(f"the {backend} decode loop is not available here: {type(exc).__name__}: {exc}. "
-                                "'hfexport env' lists usable backends; export with --format dynamo meanwhile.") from exc
+            raise export_failed(
+                f"the {backend} decode loop is not available here: {type(exc).__name__}: {exc}. "
+                "'hfexport env' lists usable backends; export with --format dynamo meanwhile."
+            ) from exc
         except Exception as exc:
             raise export_failed(f"could not load {path}: {type(exc).__name__}: {exc}. Export it again.") from exc
     prompt = torch.tensor([args.prompt_ids], dtype=torch.long)
@@ -90,9 +111,14 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str
         raise usage_error(f"{exc}") from exc
     except Exception as exc:
         raise export_failed(f"the decode loop failed: {type(exc).__name__}: {exc}") from exc
-    result.update(tokens=generated.tokens, prefill_s=generated.prefill_s, decode_s=generated.decode_s,
-                  decode_steps=generated.steps, tokens_per_s=generated.tokens_per_s,
-                  max_cache_len=loop.max_cache_len)
+    result.update(
+        tokens=generated.tokens,
+        prefill_s=generated.prefill_s,
+        decode_s=generated.decode_s,
+        decode_steps=generated.steps,
+        tokens_per_s=generated.tokens_per_s,
+        max_cache_len=loop.max_cache_len,
+    )
     code = EXIT_OK
     if model_folder is not None:
         with progress.step(f"eager generate from {model_folder}"):
@@ -106,12 +132,17 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str
 
 def format_run(result: Mapping[str, Any]) -> str:
     tps = result["tokens_per_s"]
-    lines = [f"backend: {result['backend']} ({Path(result['artifact']).name}, cache {result['max_cache_len']})",
-             f"tokens: {','.join(str(t) for t in result['tokens'])}",
-             f"prefill: {result['prefill_s'] * 1000:.1f} ms; decode: {result['decode_steps']} steps in "
-             f"{result['decode_s']:.3f} s = {tps:.1f} tokens/s"]
+    lines = [
+        f"backend: {result['backend']} ({Path(result['artifact']).name}, cache {result['max_cache_len']})",
+        f"tokens: {','.join(str(t) for t in result['tokens'])}",
+        f"prefill: {result['prefill_s'] * 1000:.1f} ms; decode: {result['decode_steps']} steps in "
+        f"{result['decode_s']:.3f} s = {tps:.1f} tokens/s",
+    ]
     if "eager_tokens" in result:
         lines.append(f"eager:  {','.join(str(t) for t in result['eager_tokens'])}")
-        lines.append("match: yes, the exported loop generates eager's tokens" if result["match"] else
-                     "match: NO, the tokens differ from eager generate()")
+        lines.append(
+            "match: yes, the exported loop generates eager's tokens"
+            if result["match"]
+            else "match: NO, the tokens differ from eager generate()"
+        )
     return "\n".join(lines)

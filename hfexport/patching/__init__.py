@@ -3,6 +3,7 @@
 Importing this package registers every built-in patch.
 """
 
+from . import attention, moe, sliding_window, ssm, vision  # noqa: F401  (register their patches)
 from .registry import (
     FX_NODE_FIXES,
     FX_PROGRAM_FIXES,
@@ -15,7 +16,6 @@ from .registry import (
     register_fx_program_fix,
     register_patch,
 )
-from . import attention, moe, sliding_window, ssm, vision  # noqa: F401  (register their patches)
 
 __all__ = [
     "PATCHES",

@@ -76,8 +76,17 @@ def export_sdpa_factory(original):
 
     def export_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         if any(kwargs.get(k) is not None for k in _DELEGATE_KWARGS) or kwargs.get("output_attentions"):
-            return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                            is_causal=is_causal, **kwargs)
+            return original(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                dropout=dropout,
+                scaling=scaling,
+                is_causal=is_causal,
+                **kwargs,
+            )
         groups = query.shape[1] // key.shape[1]
         query = _query_major(query)
         key = _expand_kv(key, groups)

@@ -12,7 +12,8 @@ Both are reverted on exit, also when the export fails (``apply_patches``).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -20,8 +21,6 @@ from .registry import register_patch
 
 # The patch set installed around the EXIR lowering passes (see module doc).
 LOWERING = "executorch_lowering"
-
-
 
 
 def _sdpa_contiguous_output(original: Any) -> Any:
@@ -42,12 +41,17 @@ register_patch(
 
 def _tensor_list_return_validator(original: Any) -> Any:
     def call_function(self: Any, target: Any, args: Any, kwargs: Any) -> Any:
-        node = getattr(self, "node", None)
+        node: Any = getattr(self, "node", None)
         schema = getattr(target, "_schema", None)
         returns = getattr(schema, "returns", None)
         val = node.meta.get("val") if node is not None else None
-        if (returns is not None and len(returns) == 1 and returns[0].type == torch.ListType.ofTensors()
-                and isinstance(val, (list, tuple))):
+        if (
+            returns is not None
+            and len(returns) == 1
+            and returns[0].type == torch.ListType.ofTensors()
+            and isinstance(val, (list, tuple))
+            and node is not None
+        ):
             # The validator iterates the return *value* per schema return: for one Tensor[] return it takes
             # the first chunk for the list and calls len() on it, a guard that pins dim 0 (the batch).
             # Wrapped once more, the list itself is what it looks at.

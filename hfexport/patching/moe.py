@@ -13,10 +13,16 @@ from __future__ import annotations
 from .registry import register_patch
 
 
-@register_patch("onnx", "transformers.integrations.moe.ExpertsInterface._global_mapping",
-                reason="no ONNX translation / ExecuTorch kernel for grouped_mm MoE experts; use batched_mm")
-@register_patch("executorch", "transformers.integrations.moe.ExpertsInterface._global_mapping",
-                reason="no ONNX translation / ExecuTorch kernel for grouped_mm MoE experts; use batched_mm")
+@register_patch(
+    "onnx",
+    "transformers.integrations.moe.ExpertsInterface._global_mapping",
+    reason="no ONNX translation / ExecuTorch kernel for grouped_mm MoE experts; use batched_mm",
+)
+@register_patch(
+    "executorch",
+    "transformers.integrations.moe.ExpertsInterface._global_mapping",
+    reason="no ONNX translation / ExecuTorch kernel for grouped_mm MoE experts; use batched_mm",
+)
 def experts_as_batched_mm(original: dict) -> dict:
     patched = dict(original)
     if "grouped_mm" in patched and "batched_mm" in patched:

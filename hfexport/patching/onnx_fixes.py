@@ -16,10 +16,11 @@ Importing this module registers the built-in ones.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from .registry import _reason_of, register_fx_program_fix, register_patch
+from .registry import _reason_of, register_fx_program_fix
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ def apply_onnx_ir_fixes(model: Any) -> list[str]:
 # -- built-in workarounds ----------------------------------------------------------------------------
 
 
-
-
 _LAYOUT_OPS = ("aten.transpose.int", "aten.permute.default", "aten.expand.default", "aten.t.default")
 _RESHAPES = ("aten.reshape.default", "aten.view.default")
 
@@ -135,8 +134,9 @@ def _contiguous_before_reshape_of_layout_change(program: Any) -> None:
         if getattr(source, "op", None) != "call_function" or str(source.target) not in _LAYOUT_OPS:
             continue
         with graph.inserting_before(node):
-            clone = graph.call_function(torch.ops.aten.clone.default, (source,),
-                                        {"memory_format": torch.contiguous_format})
+            clone = graph.call_function(
+                torch.ops.aten.clone.default, (source,), {"memory_format": torch.contiguous_format}
+            )
         if "val" in source.meta:
             clone.meta["val"] = source.meta["val"].clone(memory_format=torch.contiguous_format)
         node.replace_input_with(source, clone)
@@ -153,7 +153,9 @@ def _contiguous_before_reshape_of_layout_change(program: Any) -> None:
 )
 def _is_all_true(x: Any) -> Any:
     import onnx_ir as ir
-    from onnxscript import opset18 as op
+    from onnxscript import opset18
+
+    op: Any = opset18  # its stubs type outputs as unions of tensor types that mypy cannot narrow
 
     as_int = op.Cast(x, to=ir.DataType.INT64)
     return op.Cast(op.ReduceMin(as_int, keepdims=0), to=ir.DataType.BOOL)
@@ -168,22 +170,33 @@ def _is_all_true(x: Any) -> Any:
     "symbolic heads we emit the attention math ourselves; otherwise torch's translation runs unchanged. Remove when "
     "the check tolerates symbolic head counts.",
 )
-def _sdpa_with_symbolic_heads(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
-                              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+def _sdpa_with_symbolic_heads(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
     from torch.onnx._internal.exporter._torchlib.ops import nn as torchlib_nn
 
     heads = [t.shape[1] if t.shape is not None and len(t.shape) == 4 else None for t in (query, key, value)]
     static = all(isinstance(h, int) for h in heads)
     if static or is_causal or enable_gqa or dropout_p:
         return torchlib_nn.aten_scaled_dot_product_attention_23(
-            query, key, value, attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+            query, key, value, attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        )
     return _attention_math(query, key, value, attn_mask, scale)
 
 
 def _attention_math(query: Any, key: Any, value: Any, attn_mask: Any, scale: float | None) -> Any:
     """softmax(q @ k^T * scale + mask) @ v with every size read at run time (no static head check)."""
     import onnx_ir as ir
-    from onnxscript import opset18 as op
+    from onnxscript import opset18
+
+    op: Any = opset18  # its stubs type outputs as unions of tensor types that mypy cannot narrow
 
     scores = op.MatMul(query, op.Transpose(key, perm=[0, 1, 3, 2]))
     if scale is None:
@@ -217,8 +230,10 @@ def _numeric_symbolic_dims_as_fixed(model: Any) -> bool:
         if shape is None:
             continue
         dims = list(shape.dims)
-        fixed = [int(d.value) if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str) and d.value.isdigit()
-                 else d for d in dims]
+        fixed = [
+            int(d.value) if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str) and d.value.isdigit() else d
+            for d in dims
+        ]
         if fixed != dims:
             value.shape = ir.Shape(fixed)
             changed = True

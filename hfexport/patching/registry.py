@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,9 @@ def _reason_of(fn: Callable, reason: str | None) -> str:
     if isinstance(text, list):
         text = text[0] if text else ""
     if not text:
-        raise ValueError(f"{fn.__name__}: every patch or fix must say which upstream bug it works around "
-                         "(a docstring or reason=...)")
+        raise ValueError(
+            f"{fn.__name__}: every patch or fix must say which upstream bug it works around (a docstring or reason=...)"
+        )
     return text
 
 

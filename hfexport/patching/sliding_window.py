@@ -79,8 +79,9 @@ def _full_length_sliding_layers(original: dict) -> dict:
     return patched
 
 
-def _dynamic_sliding_sizes(config: Any, inputs_embeds: torch.Tensor, mask: torch.Tensor, cache: Any,
-                           layer: Any) -> tuple:
+def _dynamic_sliding_sizes(
+    config: Any, inputs_embeds: torch.Tensor, mask: torch.Tensor, cache: Any, layer: Any
+) -> tuple:
     """``_preprocess_mask_arguments``' answer for a DynamicSlidingWindowLayer, from shapes alone.
 
     The layer stores its last ``window - 1`` tokens (fewer before the window fills) and counts the tokens
@@ -129,13 +130,22 @@ def _window_in_ready_masks(original: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs).arguments
         cache, mask = bound.get("past_key_values"), bound.get("attention_mask")
         layer = _layer_at(cache, bound.get("layer_idx"))
-        if (isinstance(layer, DynamicSlidingWindowLayer) and isinstance(mask, torch.Tensor) and mask.dim() == 2
-                and not layer.record_past and _builds_masks(bound["config"])):
+        if (
+            isinstance(layer, DynamicSlidingWindowLayer)
+            and isinstance(mask, torch.Tensor)
+            and mask.dim() == 2
+            and not layer.record_past
+            and _builds_masks(bound["config"])
+        ):
             return _dynamic_sliding_sizes(bound["config"], bound["inputs_embeds"], mask, cache, layer)
         result = original(*args, **kwargs)
         early_exit, ready = result[0], result[1]
-        if early_exit and isinstance(ready, torch.Tensor) and ready.dim() == 4 and \
-                isinstance(layer, FullLengthSlidingWindowLayer):
+        if (
+            early_exit
+            and isinstance(ready, torch.Tensor)
+            and ready.dim() == 4
+            and isinstance(layer, FullLengthSlidingWindowLayer)
+        ):
             return (early_exit, window_ready_mask(ready, layer.sliding_window), *result[2:])
         return result
 

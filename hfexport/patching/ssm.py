@@ -22,8 +22,21 @@ from .registry import register_patch
 def _closed_form_scan(original):
     """Mamba's fallback selective scan loops over seq_len; replace with an exact masked segment sum."""
 
-    def scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-             return_last_state=False, use_mambapy=False, use_associative_scan=False, **kwargs):
+    def scan(
+        hidden_states,
+        dt,
+        A,
+        B,
+        C,
+        D=None,
+        z=None,
+        delta_bias=None,
+        delta_softplus=False,
+        return_last_state=False,
+        use_mambapy=False,
+        use_associative_scan=False,
+        **kwargs,
+    ):
         input_dtype = hidden_states.dtype
         if delta_bias is not None:
             dt = dt + delta_bias.to(dt.dtype)[..., None]

@@ -20,7 +20,7 @@ from .registry import register_patch
 
 def block_diagonal_mask(cu_seqlens: torch.Tensor, length: int | torch.SymInt) -> torch.Tensor:
     """[1, 1, L, L] bool: True where query and key belong to the same segment of cu_seqlens."""
-    positions = torch.arange(length, device=cu_seqlens.device)
+    positions = torch.arange(length, device=cu_seqlens.device)  # type: ignore[arg-type]  # a SymInt while tracing
     segment = (positions[:, None] >= cu_seqlens[None, 1:-1].to(positions.dtype)).sum(-1)
     return (segment[:, None] == segment[None, :])[None, None]
 

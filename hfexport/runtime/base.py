@@ -9,7 +9,8 @@ comparison is a loop over names.
 from __future__ import annotations
 
 import abc
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

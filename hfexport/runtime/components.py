@@ -22,7 +22,8 @@ import copy
 import functools
 import inspect
 import logging
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -53,8 +54,10 @@ class _Rebuilder:
         flat = {k: v for k, v in flat.items() if isinstance(v, torch.Tensor)}  # ExecuTorch: None for None outputs
         missing = [n for n, t in zip(self.names, self.is_tensor) if t and n not in flat]
         if missing:
-            raise KeyError(f"component {component!r}: the artifact returned no {missing[:4]} "
-                           f"(it returned {list(flat)[:8]}); was it exported from this model?")
+            raise KeyError(
+                f"component {component!r}: the artifact returned no {missing[:4]} "
+                f"(it returned {list(flat)[:8]}); was it exported from this model?"
+            )
         values = [flat[n] if t else leaf for n, t, leaf in zip(self.names, self.is_tensor, self.leaves)]
         out = pytree.tree_unflatten(values, self.spec)
         _set_int_state(out, flat)
@@ -70,8 +73,11 @@ def _set_int_state(out: Any, flat: Mapping[str, torch.Tensor]) -> None:
         obj: Any = out
         try:
             for part in path:
-                obj = obj[int(part)] if isinstance(obj, (list, tuple)) else (
-                    obj[part] if isinstance(obj, Mapping) else getattr(obj, part))
+                obj = (
+                    obj[int(part)]
+                    if isinstance(obj, (list, tuple))
+                    else (obj[part] if isinstance(obj, Mapping) else getattr(obj, part))
+                )
         except (AttributeError, KeyError, IndexError, ValueError, TypeError):
             continue
         if hasattr(obj, "__dict__"):
@@ -87,8 +93,12 @@ class ExportedGenerate:
     (``hfexport.runtime.load``). Components without a runner stay eager.
     """
 
-    def __init__(self, model: Any, components: Mapping[str, tuple[torch.nn.Module, dict[str, Any]]],
-                 runners: Mapping[str, Runner]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        components: Mapping[str, tuple[torch.nn.Module, dict[str, Any]]],
+        runners: Mapping[str, Runner],
+    ) -> None:
         unknown = sorted(set(runners) - set(components))
         if unknown:
             raise ValueError(f"runners for unknown components {unknown}; the components are {sorted(components)}")
@@ -143,7 +153,9 @@ class ExportedGenerate:
         forward.__signature__ = inspect.signature(eager)  # type: ignore[attr-defined]
         return forward
 
-    def generate(self, inputs: Mapping[str, Any], max_new_tokens: int = 16, generation_config: Any = None) -> torch.Tensor:
+    def generate(
+        self, inputs: Mapping[str, Any], max_new_tokens: int = 16, generation_config: Any = None
+    ) -> torch.Tensor:
         """Greedy tokens (new ones only) from ``generate()`` with every runner installed."""
         from ..generation import _generation_config
 
@@ -153,8 +165,9 @@ class ExportedGenerate:
             out = self.model.generate(**copy.deepcopy(dict(inputs)), generation_config=config)
         unused = [n for n, c in self.calls.items() if c == 0]
         if unused:
-            raise RuntimeError(f"generate() never called the exported {unused}; the component split does not match "
-                               "this generation run")
+            raise RuntimeError(
+                f"generate() never called the exported {unused}; the component split does not match this generation run"
+            )
         return _new_tokens(out, inputs, self.model)
 
 
@@ -164,13 +177,14 @@ _MISSING = object()
 def _new_tokens(out: torch.Tensor, inputs: Mapping[str, Any], model: Any) -> torch.Tensor:
     if getattr(model.config, "is_encoder_decoder", False):
         given = inputs.get("decoder_input_ids")  # the decoder's prompt, else one start token
-        return out[:, given.shape[1] if isinstance(given, torch.Tensor) else 1:]
+        return out[:, given.shape[1] if isinstance(given, torch.Tensor) else 1 :]
     prompt = inputs.get("input_ids")
-    return out[:, prompt.shape[1]:] if isinstance(prompt, torch.Tensor) else out
+    return out[:, prompt.shape[1] :] if isinstance(prompt, torch.Tensor) else out
 
 
-def eager_greedy_tokens(model: Any, inputs: Mapping[str, Any], max_new_tokens: int = 16,
-                        generation_config: Any = None) -> torch.Tensor:
+def eager_greedy_tokens(
+    model: Any, inputs: Mapping[str, Any], max_new_tokens: int = 16, generation_config: Any = None
+) -> torch.Tensor:
     """The reference: plain eager ``generate()`` with the same greedy settings."""
     from ..generation import _generation_config
 

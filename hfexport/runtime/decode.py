@@ -73,8 +73,10 @@ class DecodeLoop(abc.ABC):
             raise ValueError(f"prompt_ids must be [1, prompt_len], got {tuple(prompt_ids.shape)}")
         prompt_len = prompt_ids.shape[1]
         if prompt_len + max_new_tokens > self.max_cache_len:
-            raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the cache length "
-                             f"{self.max_cache_len}; export with a larger max_cache_len or pass max_cache_len=")
+            raise ValueError(
+                f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the cache length "
+                f"{self.max_cache_len}; export with a larger max_cache_len or pass max_cache_len="
+            )
         self.reset()
         start = time.perf_counter()
         positions = torch.arange(prompt_len)
@@ -103,8 +105,10 @@ def _cache_kwarg(template: dict[str, Any]) -> str:
     for name, value in template.items():
         if caches.is_cache(value):
             return name
-    raise ValueError("the decode program takes no cache input; export it with a StaticCache "
-                     "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)")
+    raise ValueError(
+        "the decode program takes no cache input; export it with a StaticCache "
+        "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)"
+    )
 
 
 def max_cache_length(cache: Any) -> int:
@@ -167,8 +171,9 @@ class DynamoDecodeLoop(DecodeLoop):
         with torch.no_grad():
             out = self.module(**kwargs)
         # torch.export's module writes each USER_INPUT_MUTATION into the tensor that was passed in.
-        self._writes = {n: t.data_ptr() for n, t in caches.named_cache_tensors(kwargs[self.cache_name],
-                                                                              self.cache_name).items()}
+        self._writes = {
+            n: t.data_ptr() for n, t in caches.named_cache_tensors(kwargs[self.cache_name], self.cache_name).items()
+        }
         return out.logits
 
 

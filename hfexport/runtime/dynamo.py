@@ -39,7 +39,8 @@ class DynamoRunner(Runner):
         dicts where the trace had ModelOutputs)."""
         leaves, template_spec = pytree.tree_flatten(self._template)
         values = [flat_inputs[n] for n in self._names]
-        rebuilt, it = [], iter(values)
+        rebuilt: list[Any] = []
+        it = iter(values)
         for leaf in leaves:
             if leaf is None:
                 rebuilt.append(None)

@@ -30,8 +30,16 @@ logger = logging.getLogger(__name__)
 
 # ExecuTorch ScalarType codes (executorch/runtime/core/portable_type/scalar_type.h) -> torch dtypes.
 SCALAR_TYPES: dict[int, torch.dtype] = {
-    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
-    6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
+    0: torch.uint8,
+    1: torch.int8,
+    2: torch.int16,
+    3: torch.int32,
+    4: torch.int64,
+    5: torch.float16,
+    6: torch.float32,
+    7: torch.float64,
+    11: torch.bool,
+    15: torch.bfloat16,
 }
 
 
@@ -79,13 +87,19 @@ class ExecutorchRunner(Runner):
         names_out = list(self.io.get("outputs", []))
         if len(names_in) != n_in:
             if names_in:
-                logger.warning("the recorded input names (%d) do not match the method's %d inputs; using "
-                               "positional names", len(names_in), n_in)
+                logger.warning(
+                    "the recorded input names (%d) do not match the method's %d inputs; using positional names",
+                    len(names_in),
+                    n_in,
+                )
             names_in = [f"input_{i}" for i in range(n_in)]
         if len(names_out) != n_out:
             if names_out:
-                logger.warning("the recorded output names (%d) do not match the method's %d outputs; using "
-                               "positional names", len(names_out), n_out)
+                logger.warning(
+                    "the recorded output names (%d) do not match the method's %d outputs; using positional names",
+                    len(names_out),
+                    n_out,
+                )
             names_out = [f"output_{i}" for i in range(n_out)]
         self._inputs = names_in
         self._outputs = names_out
@@ -118,8 +132,10 @@ class ExecutorchRunner(Runner):
         try:
             return self.method._method.get_attribute(attr)
         except Exception as exc:
-            raise KeyError(f"the program has no mutable buffer {attr!r} (export with emit_mutable_buffer_names; "
-                           f"owned: {sorted(self.owned)})") from exc
+            raise KeyError(
+                f"the program has no mutable buffer {attr!r} (export with emit_mutable_buffer_names; "
+                f"owned: {sorted(self.owned)})"
+            ) from exc
 
     def expected_inputs(self) -> dict[str, tuple[tuple[Any, ...], Any]]:
         """name -> (shape, dtype); dynamic axes (per the export record) are strings like ``'<=8'``."""
@@ -153,8 +169,9 @@ class ExecutorchRunner(Runner):
         try:
             return list(self.method.execute([v.contiguous() for v in values]))
         except Exception as exc:
-            raise HfExportError(f"ExecuTorch failed to run the program: {type(exc).__name__}: {exc}",
-                                stage="run") from exc
+            raise HfExportError(
+                f"ExecuTorch failed to run the program: {type(exc).__name__}: {exc}", stage="run"
+            ) from exc
 
     def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         for name in self.owned:  # a cache the program owns: load the given state into it
@@ -189,8 +206,10 @@ class ExecutorchDecodeLoop(DecodeLoop):
         self.owned = dict(self.runner.owned)
         self.cache_names = [n for n in names if n.startswith("past_key_values.")]
         if not self.cache_names and not self.owned:
-            raise ValueError("the decode program takes no cache input; export it with a StaticCache "
-                             "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)")
+            raise ValueError(
+                "the decode program takes no cache input; export it with a StaticCache "
+                "(GenerationConfig(cache_implementation='static'), multi_token_decode=True)"
+            )
         self.cache: dict[str, torch.Tensor] = {}
         lengths = []
         for name in self.owned:
@@ -198,8 +217,10 @@ class ExecutorchDecodeLoop(DecodeLoop):
             if t.dim() == 4:
                 lengths.append(t.shape[2])
         if self.owned and max_cache_len not in (None, *lengths):
-            raise ValueError(f"this program owns a cache of {max(lengths)} slots; it cannot be resized "
-                             f"(max_cache_len={max_cache_len}). Export with that max_cache_len instead.")
+            raise ValueError(
+                f"this program owns a cache of {max(lengths)} slots; it cannot be resized "
+                f"(max_cache_len={max_cache_len}). Export with that max_cache_len instead."
+            )
         for name in self.cache_names:
             shape, dtype = expected[name]
             sizes = [int(str(s).lstrip("<=")) for s in shape]

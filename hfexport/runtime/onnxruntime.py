@@ -11,8 +11,9 @@ updated in place with no copy (what a decode loop wants).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ ORT_TO_TORCH: dict[str, torch.dtype] = {
 
 
 def _strip(name: str, prefix: str) -> str:
-    return name[len(prefix):] if name.startswith(prefix) else name
+    return name[len(prefix) :] if name.startswith(prefix) else name
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -57,8 +58,7 @@ class OrtRunner(Runner):
 
     backend = "onnx"
 
-    def __init__(self, model: Any, providers: Sequence[str] | None = None,
-                 session_options: Any = None) -> None:
+    def __init__(self, model: Any, providers: Sequence[str] | None = None, session_options: Any = None) -> None:
         import onnxruntime as ort
 
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
@@ -99,8 +99,11 @@ class OrtRunner(Runner):
     @property
     def shared_names(self) -> list[str]:
         """Flat names that are both an input and an output (``input.X``/``output.X``): bindable in place."""
-        return [n for n, i in self._graph_inputs.items() if i.name.startswith(INPUT_PREFIX)
-                and OUTPUT_PREFIX + n in {o.name for o in self._graph_outputs.values()}]
+        return [
+            n
+            for n, i in self._graph_inputs.items()
+            if i.name.startswith(INPUT_PREFIX) and OUTPUT_PREFIX + n in {o.name for o in self._graph_outputs.values()}
+        ]
 
     def expected_inputs(self) -> dict[str, tuple[tuple[Any, ...], Any]]:
         """name -> (shape, torch dtype); symbolic axes are strings (or '?' when unnamed)."""
@@ -129,12 +132,14 @@ class OrtRunner(Runner):
         except Exception as exc:
             from ..errors import HfExportError
 
-            raise HfExportError(f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}",
-                                stage="run") from exc
+            raise HfExportError(
+                f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}", stage="run"
+            ) from exc
         return {name: torch.from_numpy(np.asarray(r)) for name, r in zip(self._graph_outputs, results)}
 
-    def run_with_shared_buffers(self, inputs: Mapping[str, Any], buffers: Mapping[str, torch.Tensor]
-                                ) -> dict[str, torch.Tensor]:
+    def run_with_shared_buffers(
+        self, inputs: Mapping[str, Any], buffers: Mapping[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         """Run once, binding ``input.X`` and ``output.X`` to the same caller-owned CPU tensor ``buffers[X]``.
 
         ORT then reads the cache from, and writes the updated cache into, that memory: a static-cache
@@ -165,8 +170,11 @@ class OrtRunner(Runner):
             keep.append(value)
             binding.bind_ortvalue_input(graph_name, value)
         # Plain outputs first: get_outputs() returns them in binding order.
-        plain = [n for n in self._graph_outputs if n not in buffers or not
-                 self._graph_outputs[n].name.startswith(OUTPUT_PREFIX)]
+        plain = [
+            n
+            for n in self._graph_outputs
+            if n not in buffers or not self._graph_outputs[n].name.startswith(OUTPUT_PREFIX)
+        ]
         for name in plain:
             binding.bind_output(self._graph_outputs[name].name, "cpu")
         for name, t in buffers.items():
@@ -179,8 +187,9 @@ class OrtRunner(Runner):
         except Exception as exc:
             from ..errors import HfExportError
 
-            raise HfExportError(f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}",
-                                stage="run") from exc
+            raise HfExportError(
+                f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}", stage="run"
+            ) from exc
         results = binding.get_outputs()  # in binding order: the plain outputs, then the shared ones
         self.last_shared_writes = {name: results[len(plain) + i].data_ptr() for i, name in enumerate(buffers)}
         return {name: torch.from_numpy(np.asarray(results[i].numpy())) for i, name in enumerate(plain)}
@@ -205,8 +214,10 @@ class OrtDecodeLoop(DecodeLoop):
         expected = self.runner.expected_inputs()
         shared = self.runner.shared_names
         if not shared:
-            raise RunnerInputError("this ONNX graph has no input./output. cache pairs; export the decode component "
-                                   "with a static cache (GenerationConfig(cache_implementation='static'))")
+            raise RunnerInputError(
+                "this ONNX graph has no input./output. cache pairs; export the decode component "
+                "with a static cache (GenerationConfig(cache_implementation='static'))"
+            )
         self.buffers: dict[str, torch.Tensor] = {}
         for name in shared:
             shape, dtype = expected[name]
@@ -217,14 +228,16 @@ class OrtDecodeLoop(DecodeLoop):
                 elif axis == 0:
                     dims.append(1)
                 elif max_cache_len is None:
-                    raise RunnerInputError(f"cache input {name!r} has a symbolic axis {axis} ({d!r}); pass max_cache_len=")
+                    raise RunnerInputError(
+                        f"cache input {name!r} has a symbolic axis {axis} ({d!r}); pass max_cache_len="
+                    )
                 else:
                     dims.append(max_cache_len)
             self.buffers[name] = torch.zeros(dims, dtype=dtype or torch.float32)
         lengths = [b.shape[2] for b in self.buffers.values() if b.dim() == 4]
         self.max_cache_len = max_cache_len or max(lengths)
         mask = expected.get("attention_mask")
-        self.mask_dtype = (mask[1] if mask and mask[1] is not None else torch.bool)
+        self.mask_dtype = mask[1] if mask and mask[1] is not None else torch.bool
         self._takes_mask = mask is not None
 
     def reset(self) -> None:
