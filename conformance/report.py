@@ -68,7 +68,13 @@ def render(data: dict[str, Any], markdown: bool) -> list[str]:
     out += [f"Measured {data.get('created', '?')} on backends {','.join(data.get('backends', []))}; {versions}.", ""]
     out += [
         f"Command: `{COMMAND.format(impl=impl)}`, then `python -m conformance.report "
-        f"out/conformance-{impl}.json --markdown`.",
+        f"{' '.join(data.get('report_paths') or [f'out/conformance-{impl}.json'])} --markdown`"
+        + (
+            f" (this table merges {data['merged_runs']} runs: the full one, then targeted re-runs of the tests a"
+            " later change touched, each replacing those tests' rows)."
+            if data.get("merged_runs")
+            else "."
+        ),
         "",
     ]
     out += [f"Totals: {totals(data)}.", ""]
@@ -92,9 +98,28 @@ def render(data: dict[str, Any], markdown: bool) -> list[str]:
 
 
 def _measured(message: str | None, limit: int = 400) -> str:
-    """The first line of a failure message, whitespace collapsed, cut at ``limit`` characters."""
-    text = " ".join((message or "").strip().splitlines()[0].split()) if (message or "").strip() else "no message"
+    """The head of a failure message: its first three non-empty lines (a first line often only announces the
+    table that follows), whitespace collapsed, joined by " | ", cut at ``limit`` characters."""
+    lines = [" ".join(line.split()) for line in (message or "").splitlines() if line.strip()][:3]
+    text = " | ".join(lines) or "no message"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from several runs: a later run's rows replace every row of the tests it ran (a targeted
+    re-run after a fix, or the cases a zoo addition brought). Metadata comes from the first report."""
+    merged = dict(reports[0])
+    rows = list(reports[0].get("rows", []))
+    for later in reports[1:]:
+        rerun = {r.get("nodeid") for r in later.get("rows", [])}
+        rows = [r for r in rows if r.get("nodeid") not in rerun] + list(later.get("rows", []))
+        merged["wall_s"] = (merged.get("wall_s") or 0) + (later.get("wall_s") or 0)
+    merged["rows"] = rows
+    if len(reports) > 1:
+        merged["merged_runs"] = len(reports)
+        by_test = {r.get("nodeid"): r.get("status", "?") for r in rows}
+        merged["summary"] = {s: sum(1 for v in by_test.values() if v == s) for s in sorted(set(by_test.values()))}
+    return merged
 
 
 def known_failures(data: dict[str, Any]) -> list[str]:
@@ -107,7 +132,7 @@ def known_failures(data: dict[str, Any]) -> list[str]:
     )
     out = [
         f"# Known failures of {impl}, measured {str(data.get('created', ''))[:10]} ({versions}).",
-        "# Written by: python -m conformance.report <report.json> --known-failures, from a run of",
+        "# Written by: python -m conformance.report <report.json>... --known-failures, from a run of",
         f"# {COMMAND.format(impl=impl)}",
         "# with an empty --hfexport-xfails file. Key: test id; value: the measured message (first line).",
         "# Applied strictly: an entry that starts passing is reported (XPASS) so it can be removed.",
@@ -126,11 +151,12 @@ def known_failures(data: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("report", type=Path)
+    parser.add_argument("report", type=Path, nargs="+", help="one report, or a run and later targeted re-runs")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--known-failures", action="store_true", help="print the run's known-failures TOML")
     args = parser.parse_args(argv)
-    data = json.loads(args.report.read_text())
+    data = merge([json.loads(path.read_text()) for path in args.report])
+    data["report_paths"] = [str(path) for path in args.report]
     print("\n".join(known_failures(data) if args.known_failures else render(data, args.markdown)))
     return 0
 

@@ -79,14 +79,21 @@ def test_served_components_generate_eager_tokens(
         calls: dict[str, int] = {}
         load = adapter.load
 
+        class Counted:
+            """The loaded runner, every attribute kept (an implementation may read its input names), calls counted."""
+
+            def __init__(self, path, runner):
+                self._path, self._runner = str(path), runner
+
+            def __call__(self, *args, **kwargs):
+                calls[self._path] = calls.get(self._path, 0) + 1
+                return self._runner(*args, **kwargs)
+
+            def __getattr__(self, name):
+                return getattr(self._runner, name)
+
         def counting_load(path):
-            runner = load(path)
-
-            def run(*args, **kwargs):
-                calls[str(path)] = calls.get(str(path), 0) + 1
-                return runner(*args, **kwargs)
-
-            return run
+            return Counted(path, load(path))
 
         monkeypatch.setattr(adapter, "load", counting_load)
         got = adapter.serve(

@@ -216,9 +216,13 @@ def explicit_mask(call: dict[str, Any], accepts_mask: bool) -> dict[str, Any]:
 
     Only for token calls of a forward that takes ``attention_mask`` and got none: ones over the cached
     (KV cache) and the new tokens, [batch, past + query]; eager's outputs are the same with or without it.
+    Not for state-space models (a ``cache_params`` state, no KV cache): their mask only zeroes padded
+    positions of the current tokens, and generate() passes it whenever the caller gave one.
     """
     ids = call.get("input_ids")
     if not accepts_mask or not isinstance(ids, torch.Tensor) or call.get("attention_mask") is not None:
+        return call
+    if "cache_params" in call:
         return call
     past = _past_length(_attention_cache_of(call))
     return {

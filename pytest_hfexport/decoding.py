@@ -8,8 +8,9 @@ then blocks of 1 or k tokens as the schedule says. After every call:
 
 * the logits of each query equal eager's for that token (the backend's tolerance), and
   their argmax is eager's token;
-* the cache the caller holds equals eager's cache after the same tokens (every slot of a
-  real token; a sliding-window layer compared over the window eager keeps);
+* the keys and values the caller holds equal eager's after the same tokens (every slot of a
+  real token; a sliding-window layer compared over the window eager keeps); counters an
+  implementation keeps in its cache layout are judged through the logits, not compared;
 * where the session promises it, the runtime wrote each cache tensor into the caller's
   memory: the address the runtime reports for the step is the caller's tensor, the same
   tensor every step.
@@ -134,8 +135,8 @@ def _check_cache(session: Any, ref: StaticReference, call: int, filled: int, bac
     if missing:
         raise DecodeMismatch(f"{where}: the caller's cache has no {missing[:3]} (it has {sorted(got)[:6]})")
     for name, expected in want.items():
-        if name not in got:
-            continue
+        if name not in got or not (name.endswith(".keys") or name.endswith(".values")):
+            continue  # counters and other bookkeeping: the logits show whether the graph reads them right
         actual = got[name]
         if name in ref.sliding and actual.dim() == 4 and actual.shape[2] != expected.shape[2]:
             window = ref.sliding[name]

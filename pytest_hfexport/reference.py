@@ -51,9 +51,10 @@ def component_modules(model: Any) -> dict[str, Any]:
         found["encoder"] = _encoder(model, None)
     for modality in ("image", "audio"):
         found[f"{modality}_encoder"] = _encoder(model, modality)
-    for root in (model, getattr(model, "model", None)):
+    for root in (model, getattr(model, "model", None)):  # on the head model, or on its base model
         for name in PROJECTOR_NAMES:
-            found.setdefault(name, getattr(root, name, None) if root is not None else None)
+            if found.get(name) is None and root is not None:
+                found[name] = getattr(root, name, None)
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     found["language_model"] = None if decoder is model else decoder
     found["lm_head"] = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -2,7 +2,7 @@
 
 Sizes are the smallest that keep each architecture's structure (GQA, MoE routing,
 sliding windows, cross attention): hidden 32, 2 layers, vocab 128. Where the default
-initialisation makes greedy generation repeat one token (gpt2, t5, bart, whisper, mamba), a
+initialisation makes greedy generation repeat one token (gpt2, t5, bart, mbart, whisper, mamba), a
 larger init scale and a seed give a reference with varied tokens (tests/test_zoo.py).
 """
 
@@ -46,6 +46,25 @@ _decoder("llama", tf.LlamaForCausalLM, tf.LlamaConfig, num_key_value_heads=2)
 _decoder("qwen3", tf.Qwen3ForCausalLM, tf.Qwen3Config, num_key_value_heads=2, head_dim=8)
 _decoder("qwen2", tf.Qwen2ForCausalLM, tf.Qwen2Config, num_key_value_heads=2)
 _decoder("mistral", tf.MistralForCausalLM, tf.MistralConfig, num_key_value_heads=2, sliding_window=None)
+# Sliding windows shorter than the prompts (4 < 6): every layer of mistral, the upper layers of qwen2.
+_decoder(
+    "mistral_sliding",
+    tf.MistralForCausalLM,
+    tf.MistralConfig,
+    family="decoder",
+    num_key_value_heads=2,
+    sliding_window=4,
+)
+_decoder(
+    "qwen2_sliding",
+    tf.Qwen2ForCausalLM,
+    tf.Qwen2Config,
+    family="decoder",
+    num_key_value_heads=2,
+    use_sliding_window=True,
+    sliding_window=4,
+    max_window_layers=1,
+)
 _decoder("phi3", tf.Phi3ForCausalLM, tf.Phi3Config, num_key_value_heads=2)
 _decoder(
     "gemma3",
@@ -121,6 +140,34 @@ register(
         "mamba",
         "ssm",
         _mamba,
+        lambda m, b, s: text_inputs(m, b, s, mask=False),
+        checks=("export", "shapes", "generation", "multi_token_decode"),
+        query_tokens=(1,),
+    )
+)
+
+
+def _falcon_mamba() -> Any:
+    return tf.FalconMambaForCausalLM(
+        tf.FalconMambaConfig(
+            hidden_size=32,
+            state_size=8,
+            num_hidden_layers=2,
+            vocab_size=128,
+            expand=2,
+            conv_kernel=4,
+            use_mambapy=False,
+            initializer_range=0.5,
+        )
+    )
+
+
+# A second SSM: Mamba's scan with RMS-normalised B, C and dt (another mixer class to patch).
+register(
+    ZooEntry(
+        "falcon_mamba",
+        "ssm",
+        _falcon_mamba,
         lambda m, b, s: text_inputs(m, b, s, mask=False),
         checks=("export", "shapes", "generation", "multi_token_decode"),
         query_tokens=(1,),
@@ -229,6 +276,27 @@ def _bart() -> Any:
 
 
 register(ZooEntry("bart", "encoder-decoder", _bart, seq2seq_inputs, checks=SEQ2SEQ, seed=1))
+
+
+def _mbart() -> Any:
+    return tf.MBartForConditionalGeneration(
+        tf.MBartConfig(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            vocab_size=128,
+            max_position_embeddings=128,
+            init_std=0.5,
+        )
+    )
+
+
+# Cross-attention caches beyond t5/bart: pre-norm layers and a final layer norm on both stacks.
+register(ZooEntry("mbart", "encoder-decoder", _mbart, seq2seq_inputs, checks=SEQ2SEQ))
 
 
 def _whisper() -> Any:
