@@ -80,6 +80,13 @@ QUERY_AXES: dict[str, dict[int, int]] = {
 }
 
 
+# The batch axis where it is not axis 0, by input name and rank: M-RoPE position ids are
+# [rope sections, batch, query] (qwen2-vl's language model).
+BATCH_AXES: dict[str, dict[int, int]] = {
+    "position_ids": {3: 1},
+}
+
+
 def _auto_axes(name: str, top_level: bool):
     """Dim.AUTO on every axis, except size-1 axes that are neither batch nor query axes.
 
@@ -90,7 +97,8 @@ def _auto_axes(name: str, top_level: bool):
 
     def axes(t: torch.Tensor) -> dict[int, Any] | None:
         query = QUERY_AXES.get(name, {}).get(t.dim()) if top_level else None
-        spec = {a: Dim.AUTO for a in range(t.dim()) if t.shape[a] != 1 or a == 0 or a == query}
+        batch = BATCH_AXES.get(name, {}).get(t.dim(), 0) if top_level else 0
+        spec = {a: Dim.AUTO for a in range(t.dim()) if t.shape[a] != 1 or a in (batch, query)}
         return spec or None
 
     return axes
