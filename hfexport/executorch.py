@@ -7,7 +7,9 @@ ExportedProgram; then:
    shape a program accepts, and an unbounded axis would silently be planned at the
    sample size (a longer input then fails at run time with "resize a bounded tensor").
    Explicit ``Dim(min, max)`` are kept; unbounded axes get ``max_batch`` (axis 0) or
-   ``max_length`` (any other axis), logged once per export;
+   ``max_length`` (any other axis), logged once per export, except the non-batch axes of a
+   StaticCache, which get the sample's size (``max_cache_len``): the program's metadata then
+   describes the cache a caller must allocate;
 2. ``to_edge_transform_and_lower`` with the backend's partitioner (XNNPACK by default,
    none for ``"portable"``), under the ``executorch_lowering`` patch set;
 3. ``to_executorch`` with memory planning driven by the config's three ``alloc_*`` flags
@@ -194,6 +196,7 @@ class ExecutorchExporter(DynamoExporter):
         if isinstance(positions, int) and 2 <= positions < max_length:
             max_length = positions
         batch_symbols = self._batch_symbols(program)
+        cache_symbols = self._static_cache_symbols(program, graph_inputs) - batch_symbols
         shape_env = None
         for node in program.graph.nodes:
             val = node.meta.get("val") if node.op == "placeholder" else None
@@ -206,13 +209,17 @@ class ExecutorchExporter(DynamoExporter):
         for sym, vr in list(program.range_constraints.items()):
             lower = int(vr.lower) if vr.lower != -int_oo else 0
             if vr.upper == int_oo:
-                cap = self.max_batch if sym in batch_symbols else max_length
-                cap = max(cap, lower, self._sample_size(program, sym))
+                if sym in cache_symbols:  # a static cache's slots (and heads, head size) are fixed at export
+                    cap = max(lower, self._sample_size(program, sym))
+                else:
+                    cap = self.max_batch if sym in batch_symbols else max_length
+                    cap = max(cap, lower, self._sample_size(program, sym))
                 new = ValueRanges(vr.lower, cap)
                 program._range_constraints[sym] = new
                 if shape_env is not None and sym in shape_env.var_to_range:
                     shape_env.var_to_range[sym] = new
-                capped.append(f"{sym}<={cap}" + (" (batch)" if sym in batch_symbols else ""))
+                kind = " (batch)" if sym in batch_symbols else " (static cache)" if sym in cache_symbols else ""
+                capped.append(f"{sym}<={cap}{kind}")
                 bounds[str(sym)] = [lower, cap]
             else:
                 bounds[str(sym)] = [lower, int(vr.upper)]
@@ -260,6 +267,47 @@ class ExecutorchExporter(DynamoExporter):
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor) and val.dim() >= 2:
                 d = val.shape[0]
+                if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
+                    out.add(d.node.expr)
+        return out
+
+    @staticmethod
+    def _static_cache_symbols(program: torch.export.ExportedProgram, graph_inputs: Mapping[str, Any]) -> set[Any]:
+        """Symbols that size a non-batch axis of a StaticCache tensor (a layer's slots, heads, head size).
+
+        A static cache's length is the ``max_cache_len`` chosen at export, and a program's metadata reports the
+        planned (upper-bound) size of every dynamic axis: a caller that allocates the cache from the metadata, as
+        the guide's loop does, must get exactly that length (capped at ``max_length`` instead, the cache and the
+        mask over its slots disagree and XNNPACK refuses the shapes: "Propagating input shapes failed").
+        The cross-attention cache of an encoder-decoder model is sized by the encoder input and keeps its bound.
+        """
+        from transformers import StaticCache
+
+        fixed_ids: set[int] = set()
+        for value in graph_inputs.values():
+            if not caches.is_cache(value):
+                continue
+            parts = [value, getattr(value, "self_attention_cache", None)]
+            for part in parts:
+                if isinstance(part, StaticCache):
+                    fixed_ids.update(id(t) for t in caches.cache_tensors(part) if isinstance(t, torch.Tensor))
+        if not fixed_ids:
+            return set()
+        flat = flatten_named(graph_inputs)
+        user = [
+            s.arg.name
+            for s in program.graph_signature.input_specs
+            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
+        ]
+        if len(user) != len(flat):
+            return set()
+        nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+        out: set[Any] = set()
+        for placeholder, tensor in zip(user, flat.values()):
+            val = nodes[placeholder].meta.get("val")
+            if id(tensor) not in fixed_ids or not isinstance(val, torch.Tensor):
+                continue
+            for d in val.shape[1:]:
                 if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
                     out.add(d.node.expr)
         return out

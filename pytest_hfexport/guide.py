@@ -207,7 +207,10 @@ class ExecutorchGuide:
         self._writes: dict[str, int] = {}
 
     def step(self, input_ids: Any, attention_mask: Any, position_ids: Any) -> Any:
-        outputs = list(self.method.execute([input_ids, attention_mask, position_ids, *self.cache]))
+        # The Python runtime takes contiguous (or channels-last) tensors only ("Input 0 for method forward should
+        # be contiguous or channels-last"), whatever the program; a block of tokens sliced from a batch is a view.
+        feed = [t.contiguous() for t in (input_ids, attention_mask, position_ids)]
+        outputs = list(self.method.execute([*feed, *self.cache]))
         n = len(self.cache)
         if len(outputs) <= n:
             raise GuideError(f"the decode method returned {len(outputs)} outputs for {n} cache inputs")

@@ -371,3 +371,38 @@ def test_cpp_zero_copy_decode_matches_python_loop(shared_dir):
     python_tokens = ExecutorchDecodeLoop(str(path)).generate(prompt, NEW_TOKENS).tokens
     assert tokens == python_tokens
     assert "zero_copy=1" in run.stderr, run.stderr
+
+
+def test_static_cache_axes_are_bounded_at_the_cache_length():
+    """The planned (metadata) size of a static cache must be max_cache_len, not max_length: a caller allocates the
+    cache from the metadata and the mask over MAX_CACHE_LEN slots (the guide's loop failed with XNNPACK's
+    "Propagating input shapes failed" on a 128-slot cache and a 32-slot mask). Trace and bounds only, no lowering."""
+    import transformers
+
+    from hfexport.dynamo import split_inputs
+    from hfexport.generation import decompose_for_generation
+
+    entry = get("llama")
+    model = entry.model()
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    module, kwargs = decompose_for_generation(model, entry.sample_inputs(model), generation, True)["decode"]
+    exporter = ExecutorchExporter(max_length=100)
+    config = ExecutorchConfig(dynamic=True)
+    program = exporter.trace(module, kwargs, config)
+    graph_inputs, _ = split_inputs(kwargs)
+    exporter.bound_dynamic_dims(program, graph_inputs, model)
+    user = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    uppers = {}
+    for name, placeholder in zip(flatten_named(graph_inputs), user):
+        val = nodes[placeholder].meta["val"]
+        uppers[name] = [
+            int(program.range_constraints[d.node.expr].upper)
+            if isinstance(d, torch.SymInt) and d.node.expr.is_symbol
+            else int(d)
+            for d in val.shape
+        ]
+    keys = uppers["past_key_values.layers.0.keys"]
+    assert keys[0] == 8 and keys[1:] == list(kwargs["past_key_values"].layers[0].keys.shape[1:])
+    assert keys[2] == MAX_CACHE_LEN
+    assert uppers["input_ids"] == [8, 100]  # other axes keep max_length
