@@ -151,7 +151,7 @@ DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
         for check in ("multi_token_decode", "multi_token_decode_batch")
     },
     **{
-        (check, backend): {"llama", "qwen2", "gemma3", "qwen3_moe", "gpt2"}
+        (check, backend): {"llama", "qwen2", "gemma3", "mistral_sliding", "qwen3_moe", "gpt2"}
         for backend in ("dynamo", "onnx")
         for check in ("static_cache", "static_cache_batch", "static_cache_in_place")
     },

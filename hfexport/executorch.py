@@ -64,6 +64,11 @@ logger = logging.getLogger(__name__)
 # the model's max_position_embeddings where it has one (longer inputs cannot run anyway).
 DEFAULT_MAX_BATCH = 8
 DEFAULT_MAX_LENGTH = 2048
+# State-space models have no position limit, and the export-time closed-form scan
+# (patching.ssm) holds a [batch, L, L, state, channels] tensor: the memory plan for L = 2048
+# does not fit in memory at load. Their default sequence bound per call is this; longer prompts
+# are fed in blocks through the multi-token decode graph, or pass max_length= explicitly.
+DEFAULT_SSM_MAX_LENGTH = 64
 # Suffix of the JSON side file that carries the input/output names of a saved program.
 SIDE_SUFFIX = ".json"
 # Attribute of the returned ExecutorchProgramManager that carries the same record.
@@ -195,6 +200,8 @@ class ExecutorchExporter(DynamoExporter):
         positions = getattr(text_config, "max_position_embeddings", None)
         if isinstance(positions, int) and 2 <= positions < max_length:
             max_length = positions
+        if positions is None and getattr(text_config, "state_size", None) and self.max_length == DEFAULT_MAX_LENGTH:
+            max_length = DEFAULT_SSM_MAX_LENGTH
         batch_symbols = self._batch_symbols(program)
         cache_symbols = self._static_cache_symbols(program, graph_inputs) - batch_symbols
         shape_env = None

@@ -1,7 +1,8 @@
 """Attention: what cannot be exported, and an SDPA path without shape branches.
 
 transformers' SDPA integration branches on ``query.shape[2] == 1`` (pack GQA for
-decode) and on ``q_length > 1`` before it looks at the mask. Under torch.export
+decode) and on ``q_length > 1`` before it looks at the mask (also with T5's
+``position_bias``, which it folds into the mask). Under torch.export
 those branches become guards that pin the query length (``!= 1``), so a program
 traced at prefill refuses a one-token call. The replacement below computes the
 same attention with no branch on sizes: repeat KV heads, use the mask when there
@@ -68,7 +69,25 @@ def _query_major(query: torch.Tensor) -> torch.Tensor:
     return query.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
 
 
-_DELEGATE_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache")
+_DELEGATE_KWARGS = ("softcap", "s_aux", "sinks", "cache")
+
+
+def _with_position_bias(position_bias: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """T5's additive relative-position bias folded into the mask, as transformers' SDPA does, minus its
+    ``q_length > 1`` test (which pins the query length): a bool mask selects the bias or -inf, a float
+    mask adds to it, no mask leaves the bias alone.
+
+    Copied to row-major memory like transformers' ``.contiguous()``: the bias is a permuted view, and
+    with such a mask the CPU SDPA dispatch skips its flash kernel for the math one (other rounding,
+    other output layout than the trace assumed)."""
+    bias = position_bias.to(dtype)
+    if mask is None:
+        folded = bias
+    elif mask.dtype == torch.bool:
+        folded = torch.where(mask, bias, torch.finfo(dtype).min)
+    else:
+        folded = bias + mask
+    return folded.clone(memory_format=torch.contiguous_format)
 
 
 def export_sdpa_factory(original):
@@ -97,10 +116,17 @@ def export_sdpa_factory(original):
             attention_mask = torch.arange(kv_len, device=query.device)[None, :] <= rows
         elif attention_mask is not None and attention_mask.dim() == 4:
             attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+        position_bias = kwargs.get("position_bias")
+        if position_bias is not None:
+            attention_mask = _with_position_bias(position_bias, attention_mask, query.dtype)
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False
         )
-        return out.transpose(1, 2).contiguous(), None
+        # A copy, not contiguous(): the fake SDPA output has the CPU flash kernel's [batch, query, heads, dim]
+        # memory, so contiguous() would be traced as a no-op and the caller's reshape as a view, but the kernel
+        # picked at run time may return [batch, heads, query, dim] memory (t5's position-bias mask), where
+        # that view fails ("view size is not compatible with input tensor's size and stride").
+        return out.transpose(1, 2).clone(memory_format=torch.contiguous_format), None
 
     return export_sdpa
 

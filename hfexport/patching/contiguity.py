@@ -1,0 +1,58 @@
+"""``Tensor.contiguous()`` without a guard on symbolic sizes.
+
+``contiguous()`` returns the tensor itself when it is already contiguous, else a copy, and
+decides which with a hard guard on ``is_contiguous()``. For a transposed view such as
+whisper's ``q_proj(x).view(b, s, h, d).transpose(1, 2).contiguous()`` that test is
+``s == 1``: under torch.export the program then carries ``decoder_input_ids.size()[1] != 1``
+and refuses a one-token decode step (or, traced at one token, every longer one).
+
+During export, a tensor whose contiguity depends on symbolic sizes is copied into contiguous
+memory instead (same values; only the aliasing differs, which a functional graph does not
+observe). Tensors that are contiguous for every size, and tensors with static shapes, go
+through the original method, so graphs that did not guard are unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from .registry import register_patch
+
+
+def _symbolic(tensor: torch.Tensor) -> bool:
+    return any(isinstance(size, torch.SymInt) for size in tensor.shape)
+
+
+def known_contiguous(tensor: torch.Tensor) -> bool:
+    """True when the tensor is row-major contiguous for every value of its symbolic sizes (no guard added).
+
+    torch's own ``is_contiguous_or_false`` evaluates backed sizes at their sample value, so a
+    one-token sample would read as contiguous and the original method would guard again."""
+    expected: Any = 1
+    for size, stride in reversed(tuple(zip(tensor.shape, tensor.stride()))):
+        if statically_known_true(size == 1):
+            continue
+        if not statically_known_true(stride == expected):
+            return False
+        expected = expected * size
+    return True
+
+
+@register_patch("dynamo", "torch.Tensor.contiguous")
+def _patch_contiguous(original: Any) -> Any:
+    """Tensor.contiguous() guards on is_contiguous() (a transposed view: query length != 1); copy instead."""
+
+    def contiguous(self: torch.Tensor, memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+        if (
+            not isinstance(self, torch.Tensor)
+            or memory_format != torch.contiguous_format
+            or not _symbolic(self)
+            or known_contiguous(self)
+        ):
+            return original(self, memory_format=memory_format)
+        return self.clone(memory_format=memory_format)
+
+    return contiguous

@@ -1,0 +1,130 @@
+"""The export-time Mamba/FalconMamba mixer (hfexport/patching/ssm.py): one graph for every length, on a
+filled state too, without the ops XNNPACK cannot serialise over two dynamic axes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as tf
+from helpers import assert_matches, eager
+
+from hfexport import DynamoConfig, DynamoExporter
+from hfexport.caches import clone_cache
+from hfexport.patching import apply_patches, ssm
+
+TOL = 1e-4  # tiny models; the backend bar is for the conformance zoo
+
+
+def _tiny(kind: str):
+    torch.manual_seed(0)
+    common = dict(
+        hidden_size=16, state_size=4, num_hidden_layers=1, vocab_size=32, expand=2, conv_kernel=4, use_mambapy=False
+    )
+    if kind == "mamba":
+        return tf.MambaForCausalLM(tf.MambaConfig(**common)).eval()
+    return tf.FalconMambaForCausalLM(tf.FalconMambaConfig(**common)).eval()
+
+
+def _prefill_cache(model, ids):
+    cache = tf.DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=ids, cache_params=cache, use_cache=True)
+    return cache
+
+
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_plain_export_serves_prompts_shorter_than_the_conv_kernel(kind):
+    model = _tiny(kind)
+    program = DynamoExporter().export(model, {"input_ids": torch.randint(3, 32, (1, 6))}, DynamoConfig(dynamic=True))
+    for seq in (1, 2, 3, 9):
+        inputs = {"input_ids": torch.randint(3, 32, (2, seq))}
+        assert_matches(eager(model, inputs), program.module()(**inputs), "dynamo", tolerance=TOL, label=f"seq={seq}")
+
+
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_decode_graph_traced_on_two_tokens_serves_one(kind):
+    model = _tiny(kind)
+    prompt = torch.randint(3, 32, (1, 5))
+    sample = {
+        "input_ids": torch.randint(3, 32, (1, 2)),
+        "cache_params": _prefill_cache(model, prompt),
+        "use_cache": True,
+    }
+    program = DynamoExporter().export(model, sample, DynamoConfig(dynamic=True))
+    for batch in (1, 2):
+        cache = _prefill_cache(model, prompt.repeat(batch, 1))
+        step = torch.randint(3, 32, (batch, 1))
+        expected = eager(model, {"input_ids": step, "cache_params": clone_cache(cache), "use_cache": True})
+        got = program.module()(input_ids=step, cache_params=clone_cache(cache))
+        assert_matches(expected, got, "dynamo", tolerance=TOL, label=f"1 token, batch {batch}")
+
+
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_patched_mixer_serves_a_block_of_tokens_like_single_steps(kind):
+    """The scan starts from the cached state: k tokens in one call equal k one-token eager steps."""
+    model = _tiny(kind)
+    prompt, block = torch.randint(3, 32, (2, 3)), torch.randint(3, 32, (2, 3))
+    cache = _prefill_cache(model, prompt)
+    with torch.no_grad():
+        steps = [model(input_ids=block[:, i : i + 1], cache_params=cache, use_cache=True).logits for i in range(3)]
+        with apply_patches("dynamo"):
+            patched_cache = _prefill_cache(model, prompt)
+            got = model(input_ids=block, cache_params=patched_cache, use_cache=True).logits
+    torch.testing.assert_close(got, torch.cat(steps, dim=1), atol=TOL, rtol=0)
+    for ours, theirs in zip(patched_cache.layers, cache.layers):
+        torch.testing.assert_close(ours.conv_states[0], theirs.conv_states[0], atol=TOL, rtol=0)
+        torch.testing.assert_close(ours.recurrent_states[0], theirs.recurrent_states[0], atol=TOL, rtol=0)
+
+
+def _sequential_scan(x, dt, A, B, C, h):
+    ys = []
+    for t in range(x.shape[1]):
+        h = torch.exp(dt[:, t, :, None] * A) * h + (dt[:, t] * x[:, t])[..., None] * B[:, t, None, :]
+        ys.append((h * C[:, t, None, :]).sum(-1))
+    return torch.stack(ys, 1), h
+
+
+def test_closed_form_scan_accumulates_prefix_sums_precisely():
+    """Long decays in float32 prefix sums lose short segments' exponents to cancellation; float64 keeps them."""
+    torch.manual_seed(0)
+    b, L, d, n = 1, 256, 4, 8
+    x, B, C = torch.randn(b, L, d), torch.randn(b, L, n), torch.randn(b, L, n)
+    dt = torch.rand(b, L, d) * 0.2  # slow decay: long prefix sums, short segments still weigh
+    A = -torch.arange(1, n + 1, dtype=torch.float32).expand(d, n).contiguous()
+    h0 = torch.randn(b, d, n)
+    ref_y, ref_h = _sequential_scan(*(t.double() for t in (x, dt, A, B, C, h0)))
+    y, h = ssm.closed_form_scan(x, dt, A, B, C, None, None, h0)
+    # float64 prefix sums: 3.6e-7 here; float32 ones: 3.5e-6
+    torch.testing.assert_close(y.double(), ref_y, atol=1e-6, rtol=0)
+    torch.testing.assert_close(h.double(), ref_h, atol=1e-6, rtol=0)
+
+
+def _xnnpack_blockers(program) -> list[str]:
+    """Nodes XNNPACK's static reshape would refuse: conv1d (lowered as unsqueeze/conv2d/squeeze) or a trailing
+    (un)squeeze of a tensor with more than one symbolic axis."""
+    bad = []
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = str(node.target)
+        if "convolution" in name or "conv1d" in name:
+            bad.append(name)
+        if "unsqueeze" in name or "squeeze" in name:
+            val = node.meta.get("val")
+            dim = node.args[1] if len(node.args) > 1 else None
+            if isinstance(val, torch.Tensor) and isinstance(dim, int) and dim in (-1, val.dim() - 1):
+                symbolic = sum(not isinstance(s, int) for s in val.shape)
+                if symbolic > 1:
+                    bad.append(f"{name} over {symbolic} symbolic axes")
+    return bad
+
+
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_executorch_mixer_has_nothing_xnnpack_refuses(kind):
+    model = _tiny(kind)
+    sample = {"input_ids": torch.randint(3, 32, (2, 6))}
+    with apply_patches("executorch"):  # the ExecuTorch exporter installs these on top of the dynamo ones
+        program = DynamoExporter().export(model, sample, DynamoConfig(dynamic=True))
+    assert not _xnnpack_blockers(program)
+    inputs = {"input_ids": torch.randint(3, 32, (2, 3))}
+    assert_matches(eager(model, inputs), program.module()(**inputs), "dynamo", tolerance=TOL)
