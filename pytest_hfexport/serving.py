@@ -32,6 +32,9 @@ from .reference import (
 from .reference import new_tokens as _new_tokens
 
 _MISSING = object()
+# Of the return-shaping arguments, those whose outputs the caller goes on to read: llava's generate() asks
+# its vision tower for hidden states and indexes them, so the template must hold them for the artifact's.
+KEPT = ("output_hidden_states",)
 
 
 class ServingError(AssertionError):
@@ -102,7 +105,7 @@ def _dispatcher(
         got = flat_named(runners[name](**copy.deepcopy(graph_kwargs(call))))
         eager_only["on"] = True
         try:
-            template = eager(**{k: v for k, v in copy.deepcopy(call).items() if k not in RETURN_SHAPING})
+            template = eager(**{k: v for k, v in copy.deepcopy(call).items() if k in KEPT or k not in RETURN_SHAPING})
         finally:
             eager_only["on"] = False
         expected = flat_named(template)

@@ -84,9 +84,13 @@ def export_zoo(name: str, path: Path) -> dict[str, Any]:
         "experts_before": experts_before,
         "experts_after": experts_after,
         "mapping_restored": all(ExpertsInterface._global_mapping.get(k) is v for k, v in mapping_before.items()),
-        "grouped_mm_in_program": any("grouped_mm" in str(op) for op in program.exported_program().graph.nodes
-                                     if hasattr(op, "target") and op.op == "call_function"
-                                     for op in [op] if "grouped_mm" in str(op.target)),
+        "grouped_mm_in_program": any(
+            "grouped_mm" in str(op)
+            for op in program.exported_program().graph.nodes
+            if hasattr(op, "target") and op.op == "call_function"
+            for op in [op]
+            if "grouped_mm" in str(op.target)
+        ),
     }
 
 
@@ -180,8 +184,9 @@ def test_cuda_backend_without_cuda_raises_before_any_work():
 def test_unbounded_dims_get_a_logged_bound(caplog):
     model = TinyMLP().eval()
     with caplog.at_level(logging.INFO, logger="hfexport.executorch"):
-        program = ExecutorchExporter(max_batch=5, max_length=40).export(model, _tiny_sample(),
-                                                                        ExecutorchConfig(dynamic=True))
+        program = ExecutorchExporter(max_batch=5, max_length=40).export(
+            model, _tiny_sample(), ExecutorchConfig(dynamic=True)
+        )
     text = caplog.text
     assert "max_batch=5" in text and "max_length=40" in text and "(batch)" in text
     bounds = sorted(hi for _, hi in program.hfexport_io["dynamic_dims"].values())
@@ -260,8 +265,12 @@ def test_failed_lowering_leaves_model_and_patches_as_they_were(monkeypatch):
 
     model = TinyMLP().eval()
     before = snapshot_model(model)
-    originals = {p.path: getattr(*resolve_owner(p.path)) for b in ("executorch", "executorch_lowering")
-                 for p in PATCHES.get(b, []) if resolve_owner(p.path)}
+    originals = {
+        p.path: getattr(*resolve_owner(p.path))
+        for b in ("executorch", "executorch_lowering")
+        for p in PATCHES.get(b, [])
+        if resolve_owner(p.path)
+    }
 
     def boom(*args, **kwargs):
         raise RuntimeError("lowering exploded")
@@ -286,8 +295,9 @@ def export_decode(path: Path) -> dict[str, Any]:
     inputs = entry.sample_inputs(model)
     generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
     config = ExecutorchConfig(dynamic=True, alloc_graph_input=False, alloc_graph_output=False)
-    programs = ExecutorchExporter().export_for_generation(model, inputs, config, generation_config=generation,
-                                                          multi_token_decode=True)
+    programs = ExecutorchExporter().export_for_generation(
+        model, inputs, config, generation_config=generation, multi_token_decode=True
+    )
     ExecutorchExporter.save(programs["decode"], str(path))
     return {"inputs": programs["decode"].hfexport_io["inputs"]}
 
@@ -297,11 +307,16 @@ def _eager_tokens(prompt: torch.Tensor) -> list[int]:
 
     entry = get("llama")
     model = entry.model()
-    config = transformers.GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                           cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    config = transformers.GenerationConfig(
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        cache_implementation="static",
+        max_cache_len=MAX_CACHE_LEN,
+    )
     with torch.no_grad():
         out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
-    return out[0, prompt.shape[1]:].tolist()
+    return out[0, prompt.shape[1] :].tolist()
 
 
 def _prompt() -> torch.Tensor:
@@ -320,6 +335,8 @@ def test_decode_loop_gives_eager_greedy_tokens(shared_dir):
     assert result.tokens == _eager_tokens(prompt)
     again = loop.generate(prompt, NEW_TOKENS)  # reset() really empties the cache
     assert again.tokens == result.tokens and again.tokens_per_s > 0
+    with pytest.raises(ValueError, match="planned for at most"):  # not an opaque execute() error later
+        runtime.decode.decode_loop(str(path), "executorch", max_cache_len=2 * MAX_CACHE_LEN)
 
 
 def export_owned_decode(path: Path) -> dict[str, Any]:
@@ -331,7 +348,8 @@ def export_owned_decode(path: Path) -> dict[str, Any]:
     generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
     configs = {"prefill": ExecutorchConfig(), "decode": ExecutorchConfig(dynamic=True)}
     programs = ExecutorchExporter(cache_as_buffers=True).export_for_generation(
-        model, entry.sample_inputs(model), configs, generation_config=generation, multi_token_decode=True)
+        model, entry.sample_inputs(model), configs, generation_config=generation, multi_token_decode=True
+    )
     ExecutorchExporter.save(programs["decode"], str(path))
     return {"owned": programs["decode"].hfexport_io.get("owned_inputs", {})}
 
@@ -350,8 +368,10 @@ def test_program_owned_cache_decode_loop_gives_eager_greedy_tokens(shared_dir):
 
 
 @pytest.mark.hfexport_slow
-@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                    reason="no C++ compiler (g++) on PATH: the C++ example cannot be built here")
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason="no C++ compiler (g++) on PATH: the C++ example cannot be built here",
+)
 def test_cpp_zero_copy_decode_matches_python_loop(shared_dir):
     path, _ = shared_artifact(shared_dir, "llama_decode", export_decode)
     binary = shared_dir / "decode_cpp"
@@ -360,12 +380,21 @@ def test_cpp_zero_copy_decode_matches_python_loop(shared_dir):
     with FileLock(str(shared_dir / "decode_cpp.lock")):
         if not binary.exists():
             env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-            build = subprocess.run(["bash", str(REPO / "examples/cpp/build.sh"), str(binary)], env=env,
-                                   capture_output=True, text=True, timeout=600)
+            build = subprocess.run(
+                ["bash", str(REPO / "examples/cpp/build.sh"), str(binary)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert build.returncode == 0, build.stderr[-3000:]
     prompt = _prompt()
-    run = subprocess.run([str(binary), str(path), str(MAX_CACHE_LEN), str(NEW_TOKENS),
-                          *map(str, prompt[0].tolist())], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [str(binary), str(path), str(MAX_CACHE_LEN), str(NEW_TOKENS), *map(str, prompt[0].tolist())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     tokens = [int(t) for t in run.stdout.split()]
     python_tokens = ExecutorchDecodeLoop(str(path)).generate(prompt, NEW_TOKENS).tokens

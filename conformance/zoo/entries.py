@@ -118,61 +118,38 @@ def _gpt2() -> Any:
 register(ZooEntry("gpt2", "decoder", _gpt2, causal_lm_inputs, checks=GEN))
 
 
-def _mamba() -> Any:
-    return tf.MambaForCausalLM(
-        tf.MambaConfig(
-            hidden_size=32,
-            state_size=8,
-            num_hidden_layers=2,
-            vocab_size=128,
-            expand=2,
-            conv_kernel=4,
-            use_mambapy=False,
-            initializer_range=0.5,
-        )
-    )
-
-
-# Eager Mamba does not serve several query tokens on a filled cache the way it serves them one by one,
-# so its multi-token decode graph is judged on single tokens.
-register(
-    ZooEntry(
-        "mamba",
-        "ssm",
-        _mamba,
-        lambda m, b, s: text_inputs(m, b, s, mask=False),
-        checks=("export", "shapes", "generation", "multi_token_decode"),
-        query_tokens=(1,),
-    )
+TINY_SSM = dict(
+    hidden_size=32,
+    state_size=8,
+    num_hidden_layers=2,
+    vocab_size=128,
+    expand=2,
+    conv_kernel=4,
+    use_mambapy=False,
+    initializer_range=0.5,
 )
 
 
-def _falcon_mamba() -> Any:
-    return tf.FalconMambaForCausalLM(
-        tf.FalconMambaConfig(
-            hidden_size=32,
-            state_size=8,
-            num_hidden_layers=2,
-            vocab_size=128,
-            expand=2,
-            conv_kernel=4,
-            use_mambapy=False,
-            initializer_range=0.5,
+def _ssm(name: str, model_cls: Any, config_cls: Any) -> None:
+    """A state-space model: no attention mask in its prompts, its state instead of a KV cache.
+
+    Eager Mamba does not serve several query tokens on a filled cache the way it serves them one by
+    one, so the multi-token decode graph is judged on single tokens."""
+    register(
+        ZooEntry(
+            name,
+            "ssm",
+            lambda: model_cls(config_cls(**TINY_SSM)),
+            lambda m, b, s: text_inputs(m, b, s, mask=False),
+            checks=("export", "shapes", "generation", "multi_token_decode"),
+            query_tokens=(1,),
         )
     )
 
 
+_ssm("mamba", tf.MambaForCausalLM, tf.MambaConfig)
 # A second SSM: Mamba's scan with RMS-normalised B, C and dt (another mixer class to patch).
-register(
-    ZooEntry(
-        "falcon_mamba",
-        "ssm",
-        _falcon_mamba,
-        lambda m, b, s: text_inputs(m, b, s, mask=False),
-        checks=("export", "shapes", "generation", "multi_token_decode"),
-        query_tokens=(1,),
-    )
-)
+_ssm("falcon_mamba", tf.FalconMambaForCausalLM, tf.FalconMambaConfig)
 
 
 def _bert() -> Any:

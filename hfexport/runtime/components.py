@@ -168,18 +168,17 @@ class ExportedGenerate:
             raise RuntimeError(
                 f"generate() never called the exported {unused}; the component split does not match this generation run"
             )
-        return _new_tokens(out, inputs, self.model)
+        return _new_tokens(out, max_new_tokens)
 
 
 _MISSING = object()
 
 
-def _new_tokens(out: torch.Tensor, inputs: Mapping[str, Any], model: Any) -> torch.Tensor:
-    if getattr(model.config, "is_encoder_decoder", False):
-        given = inputs.get("decoder_input_ids")  # the decoder's prompt, else one start token
-        return out[:, given.shape[1] if isinstance(given, torch.Tensor) else 1 :]
-    prompt = inputs.get("input_ids")
-    return out[:, prompt.shape[1] :] if isinstance(prompt, torch.Tensor) else out
+def _new_tokens(out: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` generated tokens: the last columns, since min_new_tokens == max_new_tokens. Not counted
+    from the prompt: an encoder-decoder's generate() puts the decoder start token in front of decoder ids
+    that lack it, so the returned prefix is not always the prompt given."""
+    return out[:, out.shape[1] - count :]
 
 
 def eager_greedy_tokens(
@@ -191,4 +190,4 @@ def eager_greedy_tokens(
     config = _generation_config(model, generation_config, max_new_tokens)
     with torch.no_grad():
         out = model.generate(**copy.deepcopy(dict(inputs)), generation_config=config)
-    return _new_tokens(out, inputs, model)
+    return _new_tokens(out, max_new_tokens)

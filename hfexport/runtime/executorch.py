@@ -227,6 +227,13 @@ class ExecutorchDecodeLoop(DecodeLoop):
             if name in recorded:
                 sizes = list(recorded[name])
             if name.endswith(".keys") or name.endswith(".values"):
+                planned = int(str(shape[2]).lstrip("<="))
+                if max_cache_len is not None and max_cache_len > planned:
+                    raise ValueError(
+                        f"this program's memory was planned for at most {planned} cache slots ({name}); "
+                        f"max_cache_len={max_cache_len} cannot run. Pass max_cache_len<={planned}, or export "
+                        "with GenerationConfig(max_cache_len=...) as large as you need."
+                    )
                 if max_cache_len is not None:
                     sizes[2] = max_cache_len
                 lengths.append(sizes[2])
