@@ -44,7 +44,8 @@ def test_entry_matching_no_test_is_warned_about(pytester, fake_impl):
     pytester.makeini("[pytest]\nhfexport_xfails = known.toml\n")
     # An entry for a backend this run does not select is out of scope, not stale: no warning for it.
     (pytester.path / "known.toml").write_text('"gone/dynamo/export" = "model removed"\n'
-                                              '"test_x/onnx/export" = "onnx only"\n')
+                                              '"test_x/onnx/export" = "onnx only"\n'
+                                              '"test_gone.py::test_y[onnx-llama]" = "an onnx test id"\n')
     result = pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*1 known-failure entry in known.toml match no collected test: gone/dynamo/export*"])
