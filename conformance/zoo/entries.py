@@ -235,45 +235,30 @@ def _t5() -> Any:
 register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, seed=3))
 
 
-def _bart() -> Any:
-    return tf.BartForConditionalGeneration(
-        tf.BartConfig(
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            vocab_size=128,
-            max_position_embeddings=128,
-            init_std=0.2,
-        )
-    )
+# BART-style encoder-decoders: learned positions, cross-attention caches in both layer layouts.
+TINY_BART = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    vocab_size=128,
+    max_position_embeddings=128,
+)
 
 
-register(ZooEntry("bart", "encoder-decoder", _bart, seq2seq_inputs, checks=SEQ2SEQ, seed=1))
+def _bart_like(name: str, model_cls: Any, config_cls: Any, init_std: float, seed: int = 0) -> None:
+    def build() -> Any:
+        return model_cls(config_cls(**TINY_BART, init_std=init_std))
+
+    register(ZooEntry(name, "encoder-decoder", build, seq2seq_inputs, checks=SEQ2SEQ, seed=seed))
 
 
-def _mbart() -> Any:
-    return tf.MBartForConditionalGeneration(
-        tf.MBartConfig(
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            vocab_size=128,
-            max_position_embeddings=128,
-            init_std=0.5,
-        )
-    )
-
-
+_bart_like("bart", tf.BartForConditionalGeneration, tf.BartConfig, init_std=0.2, seed=1)
 # Cross-attention caches beyond t5/bart: pre-norm layers and a final layer norm on both stacks.
-register(ZooEntry("mbart", "encoder-decoder", _mbart, seq2seq_inputs, checks=SEQ2SEQ))
+_bart_like("mbart", tf.MBartForConditionalGeneration, tf.MBartConfig, init_std=0.5)
 
 
 def _whisper() -> Any:
