@@ -33,7 +33,7 @@ matrix: $(STAMP)
 	$(BIN)/python -m conformance.matrix
 
 # Lint, format and types of the three packages (seconds), then the tests.
-LINTED := hfexport pytest_hfexport conformance
+LINTED := hfexport hfexport_launcher.py pytest_hfexport conformance
 lint: $(STAMP)
 	$(BIN)/python -m ruff check --quiet $(LINTED)
 	$(BIN)/python -m ruff format --check --quiet $(LINTED)

@@ -13,16 +13,21 @@ import logging
 import os
 import warnings
 
-from hypothesis import HealthCheck, settings
-
 os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
 
 pytest_plugins = ["pytester"]
 
-settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_sessionstart(session) -> None:
+    """Hypothesis profiles, registered when a session starts (before collection) rather than at import, so
+    ``pytest --help`` does not pay for importing hypothesis."""
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class _DropMessages(logging.Filter):

@@ -127,6 +127,43 @@ def test_argparse_errors_exit_2():
     assert proc.returncode == 2 and "--help" in proc.stderr, explain(proc)
 
 
+def _launch(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter after the console script's launcher is imported; its JSON line."""
+    prelude = "import io, json, sys, contextlib\nimport hfexport_launcher\n"
+    proc = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    assert proc.returncode == 0, explain(proc)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_console_script_help_and_usage_errors_import_no_torch():
+    """``hfexport --help`` and a usage error answer without importing torch or transformers (start-up time)."""
+    seen = _launch(
+        "codes = []\n"
+        "for argv in (['--help'], ['export', '/no/such/folder', '--format', 'onnx', '-o', '/tmp/x']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "        try:\n"
+        "            codes.append(hfexport_launcher.main(argv))\n"
+        "        except SystemExit as exc:\n"
+        "            codes.append(exc.code)\n"
+        "print(json.dumps({'codes': codes, 'heavy': sorted(m for m in ('torch', 'transformers') if m in sys.modules)}))\n"
+    )
+    assert seen == {"codes": [0, 2], "heavy": []}
+
+
+def test_deferred_api_loads_and_registers_cache_pytrees_on_first_use():
+    """After a console-script launch the API still works: its first name imports it and registers the pytrees."""
+    seen = _launch(
+        "import hfexport\n"
+        "before = 'torch' in sys.modules\n"
+        "exporter = hfexport.AutoHfExporter\n"
+        "from torch.utils._pytree import SUPPORTED_NODES\n"
+        "from transformers.cache_utils import StaticCache\n"
+        "print(json.dumps({'before': before, 'name': exporter.__name__, 'static': StaticCache in SUPPORTED_NODES}))\n"
+    )
+    assert seen == {"before": False, "name": "AutoHfExporter", "static": True}
+
+
 @pytest.mark.parametrize("extra, advice", [
     (["--format", "dynamo", "--static-cache", "32"], "add --for-generation"),
     (["--format", "dynamo", "--multi-token-decode"], "add --for-generation"),
