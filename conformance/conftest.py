@@ -56,6 +56,7 @@ class Exported:
     runners: dict = field(default_factory=dict)
     seconds: float = 0.0
     error: BaseException | None = None
+    cached: bool = False  # the saved artifacts came from the artifact cache (programs then holds names only)
 
     @property
     def runner(self) -> Any:
@@ -78,9 +79,13 @@ def _cached(cache: dict, key: tuple, build: Callable[[], Exported]) -> Exported:
 
 
 @pytest.fixture
-def exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend: str) -> Callable[..., Exported]:
+def exported(
+    export_cache: dict, hfexport_implementation: Any, hfexport_backend: str, hfexport_artifact_cache: Any
+) -> Callable[..., Exported]:
     """``exported(entry)``: the plain dynamic export; ``exported(entry, generation=True, **options)``: every
-    ``export_for_generation`` component. Saved, loaded back, cached per session."""
+    ``export_for_generation`` component. Saved, loaded back, kept per session; saved artifacts are reused
+    across sessions through the plugin's artifact cache (unless --hfexport-no-cache), and loaded and run
+    against eager by every check either way."""
     adapter = hfexport_implementation
 
     def build(entry: ZooEntry, directory: Path, generation: bool, options: dict[str, Any]) -> Exported:
@@ -92,16 +97,28 @@ def exported(export_cache: dict, hfexport_implementation: Any, hfexport_backend:
                 adapter.require("export_for_generation", hfexport_backend)
             exporter = adapter.exporter(hfexport_backend)
             config = adapter.config(hfexport_backend, dynamic=True)
-            start = time.perf_counter()
-            if generation:
-                result.programs = adapter.export_for_generation(exporter, model, result.inputs, config, **options)
+
+            def export_and_save(folder: Path) -> dict[str, Path]:
+                start = time.perf_counter()
+                if generation:
+                    result.programs = adapter.export_for_generation(exporter, model, result.inputs, config, **options)
+                else:
+                    result.programs = {"model": adapter.export(exporter, model, result.inputs, config)}
+                result.seconds = time.perf_counter() - start
+                return {name: adapter.save(exporter, prog, folder, name) for name, prog in result.programs.items()}
+
+            if hfexport_artifact_cache is None:
+                directory.mkdir(parents=True)
+                result.paths = export_and_save(directory)
             else:
-                result.programs = {"model": adapter.export(exporter, model, result.inputs, config)}
-            result.seconds = time.perf_counter() - start
-            directory.mkdir(parents=True)
-            for name, program in result.programs.items():
-                result.paths[name] = adapter.save(exporter, program, directory, name)
-                result.runners[name] = adapter.load(result.paths[name])
+                from pytest_hfexport.artifact_cache import export_key
+
+                what = "export_for_generation" if generation else "export"
+                key = export_key(adapter, hfexport_backend, model, result.inputs, config, what, options)
+                result.paths, result.cached = hfexport_artifact_cache.get_or_build(key, export_and_save)
+                result.programs = result.programs or dict.fromkeys(result.paths)
+            for name, path in result.paths.items():
+                result.runners[name] = adapter.load(path)
         except BaseException as exc:  # kept and re-raised to every check of this artifact
             result.error = exc
         return result

@@ -37,12 +37,21 @@ def hfexport_device(hfexport_settings: Settings) -> str:
     return hfexport_settings.resolved_device()
 
 
+@pytest.fixture(scope="session")
+def hfexport_artifact_cache(hfexport_settings: Settings) -> Any:
+    """The artifact cache (``pytest_hfexport.artifact_cache.ArtifactCache``), or None under --hfexport-no-cache."""
+    from .artifact_cache import ArtifactCache
+
+    return ArtifactCache(hfexport_settings.cache_dir) if hfexport_settings.cache_dir else None
+
+
 @pytest.fixture
 def hfexport_harness(
     request: pytest.FixtureRequest,
     hfexport_backend: str,
     hfexport_implementation: Any,
     hfexport_device: str,
+    hfexport_artifact_cache: Any,
     tmp_path: Path,
 ) -> Any:
     """Runs and records measurements for this test on its backend."""
@@ -50,7 +59,12 @@ def hfexport_harness(
 
     measurements = request.node.stash.setdefault(MEASUREMENTS, [])
     return Harness(
-        hfexport_implementation, hfexport_backend, hfexport_device, tmp_path / "hfexport", record=measurements.append
+        hfexport_implementation,
+        hfexport_backend,
+        hfexport_device,
+        tmp_path / "hfexport",
+        record=measurements.append,
+        cache=hfexport_artifact_cache,
     )
 
 

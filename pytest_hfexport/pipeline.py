@@ -8,6 +8,7 @@ naming the output, the shapes, the error and the tolerance. A mismatch always fa
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import tempfile
 import time
@@ -49,8 +50,9 @@ class Measurement:
     message: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
     results: list[CompareResult] = field(default_factory=list)
-    program: Any = None
+    program: Any = None  # the in-memory program of this export; None when the artifact came from the cache
     artifact: Path | None = None
+    cached: bool = False  # the artifact was reused from the artifact cache (it was still run against eager)
     runner: Any = None  # the loaded artifact, to run more inputs through (not serialised)
 
     @property
@@ -139,8 +141,10 @@ class Harness:
         workdir: Path | None = None,
         record: Callable[[Measurement], None] | None = None,
         tolerance: ToleranceSpec = None,
+        cache: Any = None,
     ) -> None:
         self.implementation = implementation
+        self.cache = cache  # an ArtifactCache, or None: export every time
         self.backend = backend
         self.device = device
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="hfexport-"))
@@ -205,18 +209,21 @@ class Harness:
             self.implementation.require("export", self.backend)
             exporter = self.exporter()
             export_config = self.config(**config)
-            m.program = self.implementation.export(exporter, model, dict(sets[0][1]), export_config)
-            lap("export")
-            if from_disk:
+            if from_disk and self.cache is not None:
+                m.artifact = self._cached_export(m, exporter, model, dict(sets[0][1]), export_config, lap)
+                stage = "load"
+                runner = m.runner = self.implementation.load(m.artifact)
+            elif from_disk:
+                m.program = self.implementation.export(exporter, model, dict(sets[0][1]), export_config)
+                lap("export")
                 stage = "save"
-                self._count += 1
-                directory = self.workdir / f"{self.backend}-{self._count}"
-                directory.mkdir(parents=True, exist_ok=True)
-                m.artifact = self.implementation.save(exporter, m.program, directory)
+                m.artifact = self.implementation.save(exporter, m.program, self._directory())
                 lap("save")
                 stage = "load"
                 runner = m.runner = self.implementation.load(m.artifact)
             else:
+                m.program = self.implementation.export(exporter, model, dict(sets[0][1]), export_config)
+                lap("export")
                 stage = "load"
                 runner = m.runner = self.implementation.runner_for(m.program, self.backend)
             lap("load")
@@ -252,6 +259,37 @@ class Harness:
         if failed:
             raise ExportMismatch(f"{m.model}: {m.message}", "mismatch", m)
         return m
+
+    def _directory(self) -> Path:
+        self._count += 1
+        directory = self.workdir / f"{self.backend}-{self._count}"
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def _cached_export(
+        self, m: Measurement, exporter: Any, model: Any, inputs: dict, export_config: Any, lap: Callable[[str], None]
+    ) -> Path:
+        """The saved artifact of this export: from the artifact cache, else exported, saved and stored there."""
+        from .artifact_cache import export_key
+
+        key = export_key(self.implementation, self.backend, model, inputs, export_config)
+
+        def build(directory: Path) -> dict[str, Path]:
+            m.program = self.implementation.export(exporter, model, inputs, export_config)
+            lap("export")
+            try:
+                path = self.implementation.save(exporter, m.program, directory)
+            except Exception as exc:
+                with contextlib.suppress(AttributeError, TypeError):
+                    exc.stage = "save"  # type: ignore[attr-defined]  # read by export_and_compare's handler
+                raise
+            lap("save")
+            return {"model": path}
+
+        paths, m.cached = self.cache.get_or_build(key, build)
+        if m.cached:
+            lap("cache")  # the key and the lookup; on a miss they count as export time
+        return paths["model"]
 
 
 def _merge(base: ToleranceSpec, override: ToleranceSpec) -> Any:

@@ -15,6 +15,7 @@ from . import reporting, selection, settings
 from .fixtures import (  # noqa: F401  (fixtures are found by name in this module)
     assert_exportable,
     export_and_compare,
+    hfexport_artifact_cache,
     hfexport_backend,
     hfexport_config,
     hfexport_device,

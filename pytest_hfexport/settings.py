@@ -36,7 +36,17 @@ OPTIONS: list[tuple[str, str]] = [
     ("xfails", "known-failures file (TOML or JSON): test id or model/backend/check = reason; strict xfails"),
     ("max-examples", "hypothesis examples per shape check (default: the active hypothesis profile's)"),
     ("hypothesis-profile", "load a hypothesis profile: hfexport-ci (derandomized, few examples) or hfexport-dev"),
+    (
+        "cache-dir",
+        "folder of the artifact cache: an export whose model, weights, inputs, config, implementation and "
+        "versions are unchanged reuses the saved artifact (still run against eager); default: "
+        ".pytest_cache/d/hfexport-artifacts under the rootdir",
+    ),
 ]
+# Flags (no value): name -> help. Each has an ini twin that takes true/false.
+FLAGS: dict[str, str] = {
+    "no-cache": "export every time: neither read nor write the artifact cache",
+}
 DEVICES = ("cpu", "cuda", "auto")
 
 MARKERS = [
@@ -66,6 +76,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help=help_text + f" [ini: {dest}]",
         )
         parser.addini(dest, help_text, default=None)
+    for name, help_text in FLAGS.items():
+        dest = "hfexport_" + name.replace("-", "_")
+        group.addoption(
+            f"--hfexport-{name}", dest=dest, action="store_true", default=None, help=f"{help_text} [ini: {dest}]"
+        )
+        parser.addini(dest, help_text, type="bool", default=False)
+
+
+def flag(config: pytest.Config, name: str) -> bool:
+    """A flag's value: the command line, else its ini twin."""
+    dest = "hfexport_" + name.replace("-", "_")
+    value = config.getoption(dest, None)
+    return bool(config.getini(dest)) if value is None else bool(value)
 
 
 def option(config: pytest.Config, name: str) -> str | None:
@@ -91,6 +114,7 @@ class Settings:
     xfails_path: str | None = None
     xfails: dict[str, str] = field(default_factory=dict)
     max_examples: int | None = None
+    cache_dir: str | None = None  # the artifact cache's folder; None: no cache (--hfexport-no-cache)
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -148,8 +172,23 @@ def read_settings(config: pytest.Config) -> Settings:
             assert max_examples > 0
         except (ValueError, AssertionError):
             raise pytest.UsageError(f"--hfexport-max-examples={raw_examples}: a positive integer") from None
+    cache_dir = None
+    if not flag(config, "no-cache"):
+        from .artifact_cache import default_root
+
+        cache_dir = option(config, "cache-dir") or str(default_root(config.rootpath))
     return Settings(
-        backends, impl, device, pins_path, pins, option(config, "report"), baseline, xfails_path, entries, max_examples
+        backends,
+        impl,
+        device,
+        pins_path,
+        pins,
+        option(config, "report"),
+        baseline,
+        xfails_path,
+        entries,
+        max_examples,
+        cache_dir,
     )
 
 

@@ -1,7 +1,7 @@
 """Tests of the pytest_hfexport plugin itself, run through pytester.
 
 ``fake_impl`` writes ``fakeimpl``, a package exposing the export API (``--hfexport-impl=fakeimpl``) whose
-exporter keeps the model in memory and whose runtime runs it: fast, no torch.export. The environment
+exporter copies the model (saved with torch.save) and whose runtime runs it: fast, no torch.export. The environment
 variable ``FAKEIMPL`` makes a backend misbehave: ``onnx=perturb`` (outputs off by 1e-2),
 ``executorch=export`` (raise in that stage: eager is the model's own; export, lowering, save, load, run),
 ``dynamo=notimpl`` (NotImplementedError: a failure like any other exception), ``onnx=lacks`` (the module
@@ -75,8 +75,6 @@ class AutoExportConfig:
         return Config(**data)
 
 
-STORE = {}
-
 # What this implementation declares it lacks (read when the adapter is built).
 HFEXPORT_LACKS = {f"export/{b}": f"fakeimpl cannot {b}" for b in ("dynamo", "onnx", "executorch")
                   if behaviour(b) == "lacks"}
@@ -99,9 +97,7 @@ class Exporter:
     def save(self, program, path):
         if behaviour(self.backend) == "save":
             raise OSError("fake save failure")
-        with open(path, "w") as f:
-            f.write(self.backend)
-        STORE[str(path)] = program
+        torch.save(program, path)  # a real file: it loads in another session too (the artifact cache)
         return [str(path)]
 
 
@@ -117,11 +113,11 @@ __version__ = "0.0-fake"
 FAKEIMPL_RUNTIME = '''
 import torch
 from hfexport.outputs import flatten_named
-from . import STORE, behaviour
+from . import behaviour
 
 
 def load(path):
-    program = STORE[str(path)]
+    program = torch.load(path, weights_only=False)
     backend = program["backend"]
     if behaviour(backend) == "load":
         raise RuntimeError("fake load failure")
