@@ -48,8 +48,9 @@ from typing import Any, ClassVar, cast
 import torch
 import torch.utils._pytree as pytree
 
-from . import caches
+from . import caches, dim_bounds
 from .configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
+from .dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
@@ -62,13 +63,8 @@ logger = logging.getLogger(__name__)
 # Upper bounds for dynamic axes that have none (see module doc). Override per exporter:
 # ExecutorchExporter(max_batch=..., max_length=...). The sequence bound is further limited by
 # the model's max_position_embeddings where it has one (longer inputs cannot run anyway).
+# (DEFAULT_MAX_LENGTH and the state-space models' DEFAULT_SSM_MAX_LENGTH live in dim_bounds.)
 DEFAULT_MAX_BATCH = 8
-DEFAULT_MAX_LENGTH = 2048
-# State-space models have no position limit, and the export-time closed-form scan
-# (patching.ssm) holds a [batch, L, L, state, channels] tensor: the memory plan for L = 2048
-# does not fit in memory at load. Their default sequence bound per call is this; longer prompts
-# are fed in blocks through the multi-token decode graph, or pass max_length= explicitly.
-DEFAULT_SSM_MAX_LENGTH = 64
 # Suffix of the JSON side file that carries the input/output names of a saved program.
 SIDE_SUFFIX = ".json"
 # Attribute of the returned ExecutorchProgramManager that carries the same record.
@@ -173,7 +169,7 @@ class ExecutorchExporter(DynamoExporter):
         start = time.perf_counter()
         program = self.trace(model, sample_inputs, config)
         bounds = self.bound_dynamic_dims(program, graph_inputs, getattr(model, "wrapped", model))
-        dynamic_axes = self._dynamic_axes(program, input_names)
+        dynamic_axes = dim_bounds.dynamic_axes(program, input_names)
         manager = self.lower(program, config)
         io = self._io_record(manager, input_names, config, bounds)
         io["input_dynamic_axes"] = dynamic_axes
@@ -192,144 +188,7 @@ class ExecutorchExporter(DynamoExporter):
         self, program: torch.export.ExportedProgram, graph_inputs: Mapping[str, Any], model: Any = None
     ) -> dict[str, list[int]]:
         """Give every unbounded symbol an upper bound, in place; returns {symbol: [min, max]} of all symbols."""
-        from torch.utils._sympy.numbers import int_oo
-        from torch.utils._sympy.value_ranges import ValueRanges
-
-        max_length = self.max_length
-        text_config = getattr(getattr(model, "config", None), "get_text_config", lambda: None)()
-        positions = getattr(text_config, "max_position_embeddings", None)
-        if isinstance(positions, int) and 2 <= positions < max_length:
-            max_length = positions
-        if positions is None and getattr(text_config, "state_size", None) and self.max_length == DEFAULT_MAX_LENGTH:
-            max_length = DEFAULT_SSM_MAX_LENGTH
-        batch_symbols = self._batch_symbols(program)
-        cache_symbols = self._static_cache_symbols(program, graph_inputs) - batch_symbols
-        shape_env = None
-        for node in program.graph.nodes:
-            val = node.meta.get("val") if node.op == "placeholder" else None
-            fake_mode = getattr(val, "fake_mode", None) if isinstance(val, torch.Tensor) else None
-            if fake_mode is not None:
-                shape_env = fake_mode.shape_env
-                break
-        bounds: dict[str, list[int]] = {}
-        capped: list[str] = []
-        for sym, vr in list(program.range_constraints.items()):
-            lower = int(vr.lower) if vr.lower != -int_oo else 0
-            if vr.upper == int_oo:
-                if sym in cache_symbols:  # a static cache's slots (and heads, head size) are fixed at export
-                    cap = max(lower, self._sample_size(program, sym))
-                else:
-                    cap = self.max_batch if sym in batch_symbols else max_length
-                    cap = max(cap, lower, self._sample_size(program, sym))
-                new = ValueRanges(vr.lower, cap)
-                program._range_constraints[sym] = new
-                if shape_env is not None and sym in shape_env.var_to_range:
-                    shape_env.var_to_range[sym] = new
-                kind = " (batch)" if sym in batch_symbols else " (static cache)" if sym in cache_symbols else ""
-                capped.append(f"{sym}<={cap}{kind}")
-                bounds[str(sym)] = [lower, cap]
-            else:
-                bounds[str(sym)] = [lower, int(vr.upper)]
-        if capped:
-            logger.info(
-                "ExecuTorch plans memory for the largest accepted shapes: unbounded dynamic axes get "
-                "max_batch=%d / max_length=%d: %s (pass explicit Dim(min, max) or "
-                "ExecutorchExporter(max_batch=, max_length=) to change)",
-                self.max_batch,
-                max_length,
-                ", ".join(capped),
-            )
-        return bounds
-
-    @staticmethod
-    def _dynamic_axes(program: torch.export.ExportedProgram, input_names: list[str]) -> dict[str, list[int]]:
-        """{flat input name: [dynamic axes]}: the runner checks the static axes exactly, the others by bound."""
-        user = [
-            s.arg.name
-            for s in program.graph_signature.input_specs
-            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
-        ]
-        if len(user) != len(input_names):
-            return {}
-        nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-        out = {}
-        for placeholder, name in zip(user, input_names):
-            val = nodes[placeholder].meta.get("val")
-            if isinstance(val, torch.Tensor):
-                out[name] = [i for i, d in enumerate(val.shape) if isinstance(d, torch.SymInt)]
-        return out
-
-    @staticmethod
-    def _batch_symbols(program: torch.export.ExportedProgram) -> set[Any]:
-        """Symbols that size axis 0 of a 2D+ user input (batch axes)."""
-        user = {
-            s.arg.name
-            for s in program.graph_signature.input_specs
-            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
-        }
-        out: set[Any] = set()
-        for node in program.graph.nodes:
-            if node.op != "placeholder" or node.name not in user:
-                continue
-            val = node.meta.get("val")
-            if isinstance(val, torch.Tensor) and val.dim() >= 2:
-                d = val.shape[0]
-                if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
-                    out.add(d.node.expr)
-        return out
-
-    @staticmethod
-    def _static_cache_symbols(program: torch.export.ExportedProgram, graph_inputs: Mapping[str, Any]) -> set[Any]:
-        """Symbols that size a non-batch axis of a StaticCache tensor (a layer's slots, heads, head size).
-
-        A static cache's length is the ``max_cache_len`` chosen at export, and a program's metadata reports the
-        planned (upper-bound) size of every dynamic axis: a caller that allocates the cache from the metadata, as
-        the guide's loop does, must get exactly that length (capped at ``max_length`` instead, the cache and the
-        mask over its slots disagree and XNNPACK refuses the shapes: "Propagating input shapes failed").
-        The cross-attention cache of an encoder-decoder model is sized by the encoder input and keeps its bound.
-        """
-        from transformers import StaticCache
-
-        fixed_ids: set[int] = set()
-        for value in graph_inputs.values():
-            if not caches.is_cache(value):
-                continue
-            parts = [value, getattr(value, "self_attention_cache", None)]
-            for part in parts:
-                if isinstance(part, StaticCache):
-                    fixed_ids.update(id(t) for t in caches.cache_tensors(part) if isinstance(t, torch.Tensor))
-        if not fixed_ids:
-            return set()
-        flat = flatten_named(graph_inputs)
-        user = [
-            s.arg.name
-            for s in program.graph_signature.input_specs
-            if s.kind.name == "USER_INPUT" and hasattr(s.arg, "name")
-        ]
-        if len(user) != len(flat):
-            return set()
-        nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-        out: set[Any] = set()
-        for placeholder, tensor in zip(user, flat.values()):
-            val = nodes[placeholder].meta.get("val")
-            if id(tensor) not in fixed_ids or not isinstance(val, torch.Tensor):
-                continue
-            for d in val.shape[1:]:
-                if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
-                    out.add(d.node.expr)
-        return out
-
-    @staticmethod
-    def _sample_size(program: torch.export.ExportedProgram, sym: Any) -> int:
-        """The sample's size on a symbol (its hint), so a cap never excludes the traced shape."""
-        for node in program.graph.nodes:
-            val = node.meta.get("val") if node.op == "placeholder" else None
-            if isinstance(val, torch.Tensor):
-                for d in val.shape:
-                    if isinstance(d, torch.SymInt) and d.node.expr == sym:
-                        hint = d.node.hint
-                        return int(hint) if hint is not None else 0
-        return 0
+        return dim_bounds.bound_dynamic_dims(program, graph_inputs, model, self.max_batch, self.max_length)
 
     # -- lowering ---------------------------------------------------------------------------------
     def partitioners(self, config: ExecutorchConfig) -> list[Any]:
@@ -517,4 +376,11 @@ def _brief(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
-__all__ = ["ExecutorchExporter", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_LENGTH", "read_io", "side_file"]
+__all__ = [
+    "ExecutorchExporter",
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_LENGTH",
+    "DEFAULT_SSM_MAX_LENGTH",
+    "read_io",
+    "side_file",
+]
