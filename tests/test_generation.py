@@ -197,3 +197,24 @@ def test_widen_batch_repeats_only_size_one_leading_axes():
     assert wide["input_ids"].tolist() == [[5, 6, 7], [5, 6, 7]]
     assert wide["pixel_values"].shape == (2, 3, 2, 2)
     assert wide["grid"] is inputs["grid"] and wide["flag"] is True
+
+
+def test_served_cache_carries_the_sliding_layers_token_count():
+    """A rebuilt cache's int counters are the sample's (a graph returns no Python ints): serving carries the
+    caller's count plus this call's tokens, as eager's update does, so get_seq_length() (and the mask that
+    generate() builds from it) stays right past the window (gemma3's served tokens failed on it)."""
+    from types import SimpleNamespace as NS
+
+    from hfexport.runtime.components import carry_token_counters
+
+    def cache(*counts):
+        return NS(layers=[NS(cumulative_length=c) if c is not None else NS(keys=None) for c in counts])
+
+    before, after = cache(6, None), cache(3, None)  # 3: the count the decode sample was traced at
+    carry_token_counters({"input_ids": torch.zeros(1, 1, dtype=torch.long), "past_key_values": before},
+                         {"past_key_values": after})
+    assert after.layers[0].cumulative_length == 7 and not hasattr(after.layers[1], "cumulative_length")
+    prefill = cache(3)
+    carry_token_counters({"input_ids": torch.zeros(2, 5, dtype=torch.long), "past_key_values": None},
+                         NS(past_key_values=prefill))
+    assert prefill.layers[0].cumulative_length == 5

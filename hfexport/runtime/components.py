@@ -85,6 +85,33 @@ def _set_int_state(out: Any, flat: Mapping[str, torch.Tensor]) -> None:
                 setattr(obj, attr, int(value))
 
 
+def _cache_layers(cache: Any) -> list[Any]:
+    """The layers of a transformers cache (the self-attention half of an encoder-decoder cache)."""
+    cache = getattr(cache, "self_attention_cache", cache)
+    return list(getattr(cache, "layers", None) or [])
+
+
+def carry_token_counters(call: Mapping[str, Any], out: Any) -> None:
+    """Carry a layer's Python-int token counter (a sliding-window layer's ``cumulative_length``) forward.
+
+    A graph cannot return a Python int: the counter is part of the output cache's structure, fixed at the
+    sample's value, so a rebuilt cache would report the sample's length from ``get_seq_length()`` at every
+    step (and generate() would then build a mask shorter than the cache). The caller's count plus the tokens
+    of this call is what eager's ``update`` leaves there."""
+    before = call.get("past_key_values")
+    after = out.get("past_key_values") if isinstance(out, Mapping) else getattr(out, "past_key_values", None)
+    ids = call.get("input_ids")
+    ids = ids if isinstance(ids, torch.Tensor) else call.get("inputs_embeds")
+    if after is None or after is before or not isinstance(ids, torch.Tensor) or ids.dim() < 2:
+        return
+    old = _cache_layers(before)
+    for index, layer in enumerate(_cache_layers(after)):
+        if not isinstance(getattr(layer, "cumulative_length", None), int):
+            continue
+        seen = getattr(old[index], "cumulative_length", 0) if index < len(old) else 0
+        layer.cumulative_length = int(seen) + int(ids.shape[1])
+
+
 class ExportedGenerate:
     """``generate()`` of ``model`` with the components' forwards served by their artifacts.
 
@@ -113,7 +140,9 @@ class ExportedGenerate:
         # generate() drops an all-ones mask; the artifact was exported with the explicit one (decompose_for_generation)
         inputs = tensor_inputs(explicit_mask(call, "attention_mask" in self.runners[name].input_names))
         self.calls[name] += 1
-        return self.rebuilders[name](self.runners[name](inputs), name)
+        out = self.rebuilders[name](self.runners[name](inputs), name)
+        carry_token_counters(call, out)
+        return out
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
