@@ -20,6 +20,7 @@ import torch
 
 from .. import caches
 from ..generation import cache_slot_mask
+from .reinplace import reinplace_input_updates
 
 
 def causal_mask(positions: torch.Tensor, cache_len: int, dtype: torch.dtype = torch.bool) -> torch.Tensor:
@@ -141,6 +142,8 @@ class DynamoDecodeLoop(DecodeLoop):
         if not isinstance(program, torch.export.ExportedProgram):
             program = torch.export.load(str(program))
         self.module = program.module()
+        # The cache is updated in place by the graph itself (no copy of the cache and copy back per step).
+        reinplace_input_updates(self.module)
         _, template = program.example_inputs
         self.cache_name = _cache_kwarg(template)
         cache = copy.deepcopy(template[self.cache_name])
