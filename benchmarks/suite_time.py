@@ -7,6 +7,10 @@ pytest's own summary counts and its slowest tests (``--durations``), so a claim 
     python benchmarks/suite_time.py                      # tests/ with -n 2
     python benchmarks/suite_time.py tests/test_cli.py -n 2 --repeat 2
     python benchmarks/suite_time.py tests/ -- -m "not hfexport_slow"    # extra pytest arguments after --
+    python benchmarks/suite_time.py conformance --cache-speedup -- --dist loadgroup   # cold vs warm artifact cache
+
+``--cache-speedup`` runs twice over one fresh ``--hfexport-cache-dir``: the first run exports everything
+(cold), the second reuses the saved artifacts (warm); the ratio cold / warm is printed.
 """
 
 from __future__ import annotations
@@ -57,10 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--durations", type=int, default=15, help="slowest tests to record (default 15)")
     parser.add_argument("--timeout", type=float, default=None, help="give up on a run after this many seconds")
     parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="folder for suite_time.json/.png")
+    parser.add_argument("--cache-speedup", action="store_true",
+                        help="two runs over one fresh artifact cache (cold, then warm); prints cold / warm")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
 
-    runs = [run_suite(args.path, args.workers, extra, args.durations, args.timeout) for _ in range(args.repeat)]
+    if args.cache_speedup:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="hfexport-cache-") as cache:
+            extra = [*extra, f"--hfexport-cache-dir={cache}"]
+            runs = [run_suite(args.path, args.workers, extra, args.durations, args.timeout) for _ in range(2)]
+        print(f"artifact cache: cold {runs[0]['wall_s']:.0f} s, warm {runs[1]['wall_s']:.0f} s, "
+              f"cold / warm = {runs[0]['wall_s'] / max(runs[1]['wall_s'], 1e-9):.2f}x")
+    else:
+        runs = [run_suite(args.path, args.workers, extra, args.durations, args.timeout) for _ in range(args.repeat)]
     print(_common.table(["run", "wall s", "exit", "pytest summary"],
                         [[i + 1, r["wall_s"], r["exit_code"], r["summary_line"][:100]] for i, r in enumerate(runs)]))
     slowest = runs[-1]["slowest"][:10]
