@@ -15,8 +15,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -31,6 +32,52 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     value = fn()
     return time.perf_counter() - start, value
+
+
+class PeakRss:
+    """Peak resident memory of this process while the block runs, sampled every ``interval`` seconds.
+
+    ``ru_maxrss`` only ever grows over a process's life, so it cannot give one export's peak after another
+    export; a sampling thread reading /proc/self/statm can (it may miss a spike shorter than the interval).
+    ``peak_mib``: the highest RSS seen; ``delta_mib``: that minus the RSS when the block started."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        import threading
+
+        self.interval = interval
+        self.peak_mib = self.start_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def rss_mib() -> float:
+        try:
+            with open("/proc/self/statm") as f:
+                pages = int(f.read().split()[1])
+            return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+        except (OSError, ValueError, IndexError):  # not Linux: the process's lifetime peak instead
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mib = max(self.peak_mib, self.rss_mib())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self.start_mib = self.peak_mib = self.rss_mib()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_mib = max(self.peak_mib, self.rss_mib())
+
+    @property
+    def delta_mib(self) -> float:
+        return self.peak_mib - self.start_mib
 
 
 def median(values: Iterable[float | None]) -> float | None:

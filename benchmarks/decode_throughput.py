@@ -52,7 +52,8 @@ def eager_rate(model: Any, prompt: Any, new_tokens: int, cache: int, repeat: int
     def run(n: int) -> tuple[float, list[int]]:
         with torch.no_grad():
             seconds, out = _common.timed(lambda: model.generate(
-                input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=generation_config(cache, n)))
+                input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                generation_config=generation_config(cache, n)))
         return seconds, out[0, prompt.shape[1]:].tolist()
 
     run(new_tokens)  # warm-up

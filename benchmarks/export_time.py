@@ -20,8 +20,9 @@ import contextlib
 import copy
 import gc
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import _common
 
@@ -47,17 +48,20 @@ def peer_export(backend: str, dynamic: bool) -> Callable[[Any, dict], Any]:
     return lambda model, inputs: exporter.export(model, inputs, config).program
 
 
-def measure(fn: Callable[[Any, dict], Any], model: Any, inputs: dict, repeat: int) -> tuple[float | None, str | None]:
-    best, error = None, None
+def measure(fn: Callable[[Any, dict], Any], model: Any, inputs: dict,
+            repeat: int) -> tuple[float | None, str | None, float | None]:
+    """(fastest seconds, error, peak RSS in MiB during the exports: the process's RSS at its highest)."""
+    best, error, peak = None, None, None
     for _ in range(repeat):
         try:
-            with contextlib.redirect_stdout(sys.stderr):  # torch.onnx prints progress; stdout is the table
+            with contextlib.redirect_stdout(sys.stderr), _common.PeakRss() as rss:  # stdout is the table
                 seconds, _ = _common.timed(lambda: fn(model, copy.deepcopy(inputs)))
         except Exception as exc:  # a failure is a result of this row, not the end of the benchmark
-            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", None
         best = seconds if best is None else min(best, seconds)
+        peak = rss.peak_mib if peak is None else max(peak, rss.peak_mib)
         gc.collect()
-    return best, error
+    return best, error, peak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,23 +120,28 @@ def main(argv: list[str] | None = None) -> int:
             for impl in order:
                 if backend not in impls[impl]:
                     row[f"{impl}_s"], row[f"{impl}_error"] = None, setup_errors[(impl, backend)]
+                    row[f"{impl}_peak_mib"] = None
                     continue
                 print(f"{entry.name}/{backend}: {impl} ...", file=sys.stderr, flush=True)
-                row[f"{impl}_s"], row[f"{impl}_error"] = measure(impls[impl][backend], model, inputs, args.repeat)
+                row[f"{impl}_s"], row[f"{impl}_error"], row[f"{impl}_peak_mib"] = measure(
+                    impls[impl][backend], model, inputs, args.repeat)
             h, p = row["hfexport_s"], row["peer_s"]
             row["ratio"] = h / p if h is not None and p else None
             row["first"] = order[0]
             rows.append(row)
 
-    summary = {"median_ratio": _common.median(r["ratio"] for r in rows),
+    peaks = [r[f"{impl}_peak_mib"] for r in rows for impl in ("hfexport", "peer") if r[f"{impl}_peak_mib"]]
+    summary = {"max_peak_rss_mib": max(peaks, default=None), "median_ratio": _common.median(r["ratio"] for r in rows),
                "median_ratio_by_backend": {b: _common.median(r["ratio"] for r in rows if r["backend"] == b)
                                            for b in backends}}
     print(_common.table(
-        ["model", "backend", "hfexport s", "peer s", "ratio h/p", "note"],
+        ["model", "backend", "hfexport s", "peer s", "ratio h/p", "hfexport peak RSS MiB", "peer peak RSS MiB", "note"],
         [[r["model"], r["backend"], r["hfexport_s"], r["peer_s"], r["ratio"],
+          r["hfexport_peak_mib"], r["peer_peak_mib"],
           "; ".join(f"{k.split('_')[0]}: {v}" for k, v in r.items() if k.endswith("_error") and v)[:100]]
          for r in rows]))
     med = summary["median_ratio"]
+    print(f"highest process RSS during an export: {summary['max_peak_rss_mib'] or 0:.0f} MiB (limit 2048)")
     print(f"median ratio hfexport/peer: {'-' if med is None else f'{med:.3f}'}  by backend: " + ", ".join(
         f"{b} {'-' if v is None else f'{v:.3f}'}" for b, v in summary["median_ratio_by_backend"].items()))
 
@@ -140,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     path = _common.write_json(args.out, "export_time", payload)
     labels = [f"{r['model']}/{r['backend']}" for r in rows]
     png = _common.bar_plot(args.out, "export_time", "export time (s), lower is better", labels,
-                           {"hfexport": [r["hfexport_s"] for r in rows], "transformers.exporters": [r["peer_s"] for r in rows]},
+                           {"hfexport": [r["hfexport_s"] for r in rows],
+                            "transformers.exporters": [r["peer_s"] for r in rows]},
                            "seconds")
     print(f"wrote {path}" + (f" and {png}" if png else ""))
     print(_common.json.dumps({"rows": rows, **summary}, default=str))

@@ -30,11 +30,11 @@ import fnmatch
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import _common
+import tomllib
 
 MODELS = ("llama", "gemma3", "qwen3_moe", "mamba", "t5", "llava")
 BACKENDS = ("dynamo", "onnx", "executorch")
@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         [[r["model"], r["backend"], r.get("export_s"), ",".join(r.get("components", [])) or "-",
           f"{r['max_err']:.1e}" if "max_err" in r else "-", tokens_cell(r), static_cell(r)] for r in rows]))
     notes = [(r, r["error"], r.get("known")) for r in rows if "error" in r]
-    notes += [(r, f"static loop: {r['static_loop_match'] if isinstance(r['static_loop_match'], str) else 'tokens differ'}",
+    static = "static_loop_match"
+    notes += [(r, f"static loop: {r[static] if isinstance(r[static], str) else 'tokens differ'}",
                r.get("static_known")) for r in rows if r.get("static_loop_match") not in (None, True)]
     for row, error, known in notes:
         print(f"- {row['model']}/{row['backend']}: {error}" + (f"\n    known failure: {known}" if known else ""))
