@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hfexport-installed
 PINS   := $(wildcard hfexport/pins/*.txt)
 TORCH_PIN := $(shell grep -E '^torch==' hfexport/pins/core.txt)
 
-.PHONY: run run-all matrix lint test test-all conformance-peer env clean-venv
+.PHONY: run run-all matrix coverage lint test test-all conformance-peer env clean-venv
 
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,16 @@ run-all: $(STAMP)
 # The quick export-only table (seconds and max error per model and backend).
 matrix: $(STAMP)
 	$(BIN)/python -m conformance.matrix
+
+# How much of transformers exports and matches eager, per architecture and backend, for hfexport and the peer
+# (transformers.exporters), side by side in docs/coverage.md. Each sweep stops starting architectures after its
+# --budget (minutes) so the target fits 90 minutes on 2 cores; results are kept per cell and versions in
+# out/coverage/, so running it again resumes where the last run stopped until every architecture is measured.
+COVERAGE_BUDGET ?= 38
+coverage: $(STAMP)
+	$(BIN)/python -m conformance.coverage --impl hfexport --budget $(COVERAGE_BUDGET)
+	$(BIN)/python -m conformance.coverage --impl transformers --budget $(COVERAGE_BUDGET)
+	$(BIN)/python -m conformance.coverage --report
 
 # Lint, format and types of the three packages (seconds), then the tests.
 LINTED := hfexport hfexport_launcher.py pytest_hfexport conformance

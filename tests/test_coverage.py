@@ -1,0 +1,208 @@
+"""The coverage sweep's parts: shrinking, enumeration, worker isolation, resume and the failure-cause buckets.
+
+Fast: no export runs here. Worker tests fork (the fork server's preload is for real sweeps) and replace the
+model build and the cell function, so they measure the sweep's bookkeeping, not an exporter.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from conformance.coverage import build as build_module
+from conformance.coverage import cells as cells_module
+from conformance.coverage.cli import plan
+from conformance.coverage.enumerate import Architecture, architectures
+from conformance.coverage.normalise import cause, normalise
+from conformance.coverage.runner import Sweep, Task
+from conformance.coverage.shrink import HEADS, LAYERS, WIDTH, tiny_config
+from conformance.coverage.store import Store, cell_key
+
+
+def parameters(model_class: Any, config: Any) -> int:
+    with torch.device("meta"):
+        model = model_class(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "config_class, model_class, limit",
+    [
+        ("LlamaConfig", "LlamaForCausalLM", 100_000),
+        ("BertConfig", "BertForMaskedLM", 100_000),
+        ("T5Config", "T5ForConditionalGeneration", 100_000),
+        ("ViTConfig", "ViTForImageClassification", 100_000),
+        ("LlavaConfig", "LlavaForConditionalGeneration", 200_000),
+    ],
+)
+def test_shrinker_makes_tiny_configs(config_class, model_class, limit):
+    default = getattr(transformers, config_class)()
+    config = tiny_config(getattr(transformers, config_class))
+    count = parameters(getattr(transformers, model_class), config)
+    assert count < limit, f"{model_class} has {count} parameters after shrinking"
+    # The default checkpoint is orders of magnitude larger: the shrink really happened.
+    assert count * 100 < parameters(getattr(transformers, model_class), default)
+
+
+def test_shrinker_keeps_divisibility_and_sub_configs():
+    llama = tiny_config(transformers.LlamaConfig)
+    assert (llama.hidden_size, llama.num_hidden_layers, llama.num_attention_heads) == (WIDTH, LAYERS, HEADS)
+    mistral = tiny_config(transformers.MistralConfig)  # 32 query heads over 8 key/value heads by default
+    assert mistral.num_attention_heads % mistral.num_key_value_heads == 0
+    assert mistral.num_key_value_heads < mistral.num_attention_heads  # grouped-query attention stays grouped
+    t5 = tiny_config(transformers.T5Config)
+    assert (t5.d_model, t5.num_layers, t5.num_decoder_layers, t5.num_heads, t5.d_kv) == (WIDTH, LAYERS, LAYERS, 4, 8)
+    llava = tiny_config(transformers.LlavaConfig)
+    assert llava.text_config.hidden_size == llava.vision_config.hidden_size == WIDTH
+    assert llava.vision_config.image_size % llava.vision_config.patch_size == 0
+    # The image token id must index the shrunk vocabulary of the text sub-config.
+    assert 0 <= llava.image_token_index < llava.text_config.vocab_size
+
+
+def test_enumeration_finds_every_head():
+    found = architectures()
+    names = [a.name for a in found]
+    assert len(found) > 100
+    assert len(names) == len(set(names)), "a class is measured once"
+    by_name = {a.name: a for a in found}
+    assert by_name["LlamaForCausalLM"].head == "causal_lm" and by_name["LlamaForCausalLM"].config_class == "LlamaConfig"
+    assert by_name["BertModel"].head == "base"
+    assert by_name["ViTForImageClassification"].head == "image_classification"
+    assert {"causal_lm", "seq2seq_lm", "masked_lm", "image_classification", "base"} <= {a.head for a in found}
+    per_type = architectures(scope="types")
+    assert len({a.model_type for a in per_type}) == len(per_type) < len(found)
+    assert "LlamaForCausalLM" in {a.name for a in per_type} and "LlamaModel" not in {a.name for a in per_type}
+    assert [a.name for a in architectures("^LlamaFor", limit=1)] == [architectures("^LlamaFor")[0].name]
+
+
+def test_a_tiny_model_builds_with_inputs_eager_accepts():
+    arch = Architecture("LlamaForCausalLM", "causal_lm", "llama", "LlamaConfig")
+    built = build_module.build(arch)
+    assert built.level == 0 and built.parameters < 100_000
+    assert tuple(built.sample["input_ids"].shape) == (1, 6)
+    assert built.other is not None and tuple(built.other["input_ids"].shape) == (2, 9)
+
+
+def test_unbuildable_architectures_say_why():
+    arch = Architecture("NoSuchModelForCausalLM", "causal_lm", "nope", "NoSuchConfig")
+    with pytest.raises(build_module.NotBuildable) as raised:
+        build_module.build(arch)
+    assert raised.value.stage == "import" and "AttributeError" in raised.value.reason
+
+
+# -- workers ------------------------------------------------------------------------------------------------
+
+
+class FakeAdapter:
+    name = "fake"
+
+
+def fake_build(arch: Architecture) -> build_module.Built:
+    return build_module.Built(arch, None, {}, None, 0, "text", 1)
+
+
+def sweep_cells(monkeypatch, tmp_path, cell, backends, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+    """Run one task through real worker processes (forked) with the build and the cell function replaced."""
+    import pytest_hfexport.adapters
+
+    monkeypatch.setattr(pytest_hfexport.adapters, "resolve", lambda name: FakeAdapter())
+    monkeypatch.setattr(build_module, "build", fake_build)
+    monkeypatch.setattr(cells_module, "run_cell", cell)
+    records: dict[str, dict[str, Any]] = {}
+    sweep = Sweep(
+        "fake",
+        lambda arch, backend, record: records.__setitem__(backend, record),
+        jobs=1,
+        timeout=timeout,
+        logs=tmp_path / "logs",
+        start_method="fork",
+    )
+    sweep.run([Task(Architecture("TinyModel", "base", "tiny", "TinyConfig"), list(backends))])
+    return records
+
+
+def passing(adapter, built, backend, workdir, generation=True):
+    return {"status": "pass", "stage": "", "message": "", "checks": {"export": {"status": "pass"}}}
+
+
+def test_an_exception_in_a_cell_is_one_failed_cell(monkeypatch, tmp_path):
+    def cell(adapter, built, backend, workdir, generation=True):
+        if backend == "onnx":
+            raise RuntimeError("exporter exploded at node 17")
+        return passing(adapter, built, backend, workdir)
+
+    records = sweep_cells(monkeypatch, tmp_path, cell, ["dynamo", "onnx"])
+    assert records["dynamo"]["status"] == "pass"
+    assert records["onnx"]["status"] == "fail" and records["onnx"]["stage"] == "harness"
+    assert "exporter exploded" in records["onnx"]["message"]
+
+
+def test_a_crashing_worker_costs_one_cell(monkeypatch, tmp_path):
+    def cell(adapter, built, backend, workdir, generation=True):
+        if backend == "onnx":
+            os._exit(3)  # a native runtime dying: no Python exception, no clean-up
+        return passing(adapter, built, backend, workdir)
+
+    records = sweep_cells(monkeypatch, tmp_path, cell, ["dynamo", "onnx", "executorch"])
+    assert records["dynamo"]["status"] == "pass"
+    assert records["onnx"]["status"] == "fail" and records["onnx"]["stage"] == "crash"
+    assert "exit code 3" in records["onnx"]["message"]
+    assert records["executorch"]["status"] == "pass"  # requeued in a fresh worker
+
+
+def test_a_hanging_cell_times_out(monkeypatch, tmp_path):
+    def cell(adapter, built, backend, workdir, generation=True):
+        if backend == "dynamo":
+            time.sleep(60)
+        return passing(adapter, built, backend, workdir)
+
+    start = time.monotonic()
+    records = sweep_cells(monkeypatch, tmp_path, cell, ["dynamo", "onnx"], timeout=1.0)
+    assert time.monotonic() - start < 30
+    assert records["dynamo"]["status"] == "fail" and records["dynamo"]["stage"] == "timeout"
+    assert records["onnx"]["status"] == "pass"
+
+
+# -- resume -------------------------------------------------------------------------------------------------
+
+
+def test_resume_reuses_equal_versions_and_remeasures_changed_ones(tmp_path: Path):
+    arch = Architecture("LlamaForCausalLM", "causal_lm", "llama", "LlamaConfig")
+    versions = {"torch": "2.13.0", "transformers": "5.23.0", "impl_version": "0.1.0", "sweep": "1"}
+    store = Store(tmp_path / "hfexport.json", "hfexport")
+    store.put(cell_key(arch.name, arch.head, "dynamo"), {"status": "pass", "versions": versions})
+    store.save()
+    reloaded = Store(tmp_path / "hfexport.json", "hfexport")
+
+    tasks, reused = plan([arch], ["dynamo", "onnx"], reloaded, versions)
+    assert reused == 1 and [t.backends for t in tasks] == [["onnx"]]
+
+    changed = {**versions, "torch": "2.14.0"}
+    tasks, reused = plan([arch], ["dynamo", "onnx"], reloaded, changed)
+    assert reused == 0 and [t.backends for t in tasks] == [["dynamo", "onnx"]]
+
+    tasks, reused = plan([arch], ["dynamo", "onnx"], reloaded, versions, fresh=True)
+    assert reused == 0 and [t.backends for t in tasks] == [["dynamo", "onnx"]]
+
+
+# -- failure causes -----------------------------------------------------------------------------------------
+
+
+def test_causes_merge_messages_that_differ_only_in_numbers():
+    a = "output 'logits' shape (2, 9, 256) != eager (2, 7, 256)"
+    b = "output 'logits' shape (1, 4, 128) != eager (1, 3, 128)"
+    assert cause("mismatch", a) == cause("mismatch", b)
+    assert cause("mismatch", a) != cause("run", a)
+    assert normalise("Could not guard on data-dependent expression Eq(u7, 1) at 0x7f3a2c") == normalise(
+        "Could not guard on data-dependent expression Eq(u12, 1) at 0x55d1e0"
+    )
+    assert normalise("Constraints violated (s0)! max 4096") == normalise("Constraints violated (s3)! max 8")
+    # Different causes stay apart, and names with digits in them are kept.
+    assert normalise("dtype float32 != eager int64") != normalise("dtype float16 != eager int64")
+    assert normalise("KeyError: 'past_key_values'") != normalise("KeyError: 'cache_position'")
