@@ -135,8 +135,10 @@ class DynamoExporter(HfExporter):
             if model.training:
                 logger.info("%s is in training mode; exporting its eval behaviour (dropout off)", type(model).__name__)
             model.eval()
-            stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
+            # Patches go in before stage 1 binds model.forward, so a patch of the exported module's own
+            # forward (a vision encoder exported as a generation component) applies too.
             stack.enter_context(apply_patches(*self.patch_backends))  # stage 2
+            stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
             stack.enter_context(shapes.symbolic_size_one(dynamic_shapes is not None))
             stack.enter_context(torch.no_grad())

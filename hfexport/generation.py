@@ -129,6 +129,23 @@ def _clean(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k not in DROPPED_KWARGS}
 
 
+def _row_major(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Top-level tensors of a multimodal component call as row-major copies.
+
+    The calls of a VLM's parts are slices of larger tensors (the LM head gets the last position
+    ``hidden[:, -1:]``, LLaVA's projector the features without their CLS row). torch.export traces
+    a graph input with the sample's strides, and flattening such a view for a linear layer guards
+    on its batch being 1: the artifact then refuses two images or two rows. Traced on a row-major
+    copy (same values) the batch stays symbolic, and the graph still accepts strided inputs.
+    """
+    return {
+        k: v.clone(memory_format=torch.contiguous_format)
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided
+        else v
+        for k, v in kwargs.items()
+    }
+
+
 def _token_key(call: Mapping[str, Any]) -> str:
     for key in TOKEN_KEYS:
         if isinstance(call.get(key), torch.Tensor):
@@ -360,7 +377,7 @@ def decompose_for_generation(
         if name == "model" or name not in calls:
             continue
         if multimodal or name == "encoder":
-            components[name] = (module, _clean(calls[name][0]))
+            components[name] = (module, _row_major(_clean(calls[name][0])) if multimodal else _clean(calls[name][0]))
     if not multimodal:
         components["prefill"] = (model, _clean(prefill))
     components["decode"] = (model, _clean(decode))
