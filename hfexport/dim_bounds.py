@@ -16,6 +16,7 @@ import torch
 
 from . import caches
 from .outputs import flatten_named
+from .shapes import BATCH_AXES
 
 logger = logging.getLogger("hfexport.executorch")
 
@@ -51,6 +52,7 @@ def bound_dynamic_dims(
     if positions is None and getattr(text_config, "state_size", None) and requested == DEFAULT_MAX_LENGTH:
         max_length = DEFAULT_SSM_MAX_LENGTH
     batch_symbols = batch_symbols_of(program)
+    patch_symbols = batch_symbols_of(program, patches=True) - batch_symbols
     cache_symbols = static_cache_symbols(program, graph_inputs) - batch_symbols
     shape_env = None
     for node in program.graph.nodes:
@@ -68,12 +70,15 @@ def bound_dynamic_dims(
                 cap = max(lower, sample_size(program, sym))
             else:
                 cap = max_batch if sym in batch_symbols else max_length
+                if sym in patch_symbols:  # flattened image patches: max_batch images of the sample's size
+                    cap = max_batch * max(1, sample_size(program, sym))
                 cap = max(cap, lower, sample_size(program, sym))
             new = ValueRanges(vr.lower, cap)
             program._range_constraints[sym] = new
             if shape_env is not None and sym in shape_env.var_to_range:
                 shape_env.var_to_range[sym] = new
             kind = " (batch)" if sym in batch_symbols else " (static cache)" if sym in cache_symbols else ""
+            kind = " (image patches)" if sym in patch_symbols else kind
             capped.append(f"{sym}<={cap}{kind}")
             bounds[str(sym)] = [lower, cap]
         else:
@@ -108,8 +113,9 @@ def dynamic_axes(program: torch.export.ExportedProgram, input_names: list[str]) 
     return out
 
 
-def batch_symbols_of(program: torch.export.ExportedProgram) -> set[Any]:
-    """Symbols that size axis 0 of a 2D+ user input (batch axes)."""
+def batch_symbols_of(program: torch.export.ExportedProgram, patches: bool = False) -> set[Any]:
+    """Symbols that size the batch axis of a 2D+ user input: axis 0, or where ``shapes.BATCH_AXES`` says.
+    ``patches``: instead, axis 0 of the inputs that have no batch axis (flattened image patches)."""
     user = {
         s.arg.name
         for s in program.graph_signature.input_specs
@@ -121,7 +127,11 @@ def batch_symbols_of(program: torch.export.ExportedProgram) -> set[Any]:
             continue
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.dim() >= 2:
-            d = val.shape[0]
+            axis = BATCH_AXES.get(node.name, {}).get(val.dim(), 0)
+            if (axis is None) != patches:
+                continue
+            axis = axis or 0
+            d = val.shape[axis]
             if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
                 out.add(d.node.expr)
     return out

@@ -80,10 +80,13 @@ QUERY_AXES: dict[str, dict[int, int]] = {
 }
 
 
-# The batch axis where it is not axis 0, by input name and rank: M-RoPE position ids are
-# [rope sections, batch, query] (qwen2-vl's language model).
-BATCH_AXES: dict[str, dict[int, int]] = {
+# The batch axis where it is not axis 0, by input name and rank (None: the input has none): M-RoPE
+# position ids are [rope sections, batch, query] (qwen2-vl's language model); qwen2-vl's pixel values are
+# the flattened patches of every image, [patches, features], sized like a sequence, not a batch.
+BATCH_AXES: dict[str, dict[int, int | None]] = {
     "position_ids": {3: 1},
+    "pixel_values": {2: None},
+    "pixel_values_videos": {2: None},
 }
 
 

@@ -217,3 +217,26 @@ def test_vlm_patches_are_installed_only_during_export_and_restored_after_a_failu
         raise RuntimeError("boom")
     assert {path: _current(path) for path in VLM_PATCHED} == before
     assert transformers.LlavaModel.get_image_features is before[VLM_PATCHED[0]]
+
+
+def test_flattened_patches_are_bounded_per_image_not_as_a_batch():
+    """qwen2_vl's pixel_values are [patches, features]: ExecuTorch plans the patch axis for max_batch images of
+    the sample's size (planned as a batch it refused two images; planned as a sequence it did not load)."""
+    from torch.export import Dim
+
+    from hfexport.dim_bounds import batch_symbols_of, bound_dynamic_dims
+
+    class Patches(torch.nn.Module):
+        def forward(self, pixel_values, input_ids):
+            return pixel_values.sum(-1).sum() + input_ids.float().sum()
+
+    sample = {"pixel_values": torch.randn(16, 12), "input_ids": torch.ones(2, 5, dtype=torch.long)}
+    program = torch.export.export(
+        Patches(), (), sample,
+        dynamic_shapes={"pixel_values": {0: Dim.AUTO}, "input_ids": {0: Dim.AUTO, 1: Dim.AUTO}},
+    )
+    patches, batch = batch_symbols_of(program, patches=True), batch_symbols_of(program)
+    assert len(patches) == 1 and len(batch) == 1 and not patches & batch
+    bounds = bound_dynamic_dims(program, sample, None, max_batch=8, max_length=64)
+    assert bounds[str(next(iter(patches)))][1] == 8 * 16
+    assert bounds[str(next(iter(batch)))][1] == 8
