@@ -114,3 +114,28 @@ def test_every_patch_states_its_reason():
             assert p.reason.strip(), p.path
     with pytest.raises(ValueError, match="upstream bug"):
         register_patch("test-only", "x.y")(lambda original: original)
+
+
+def test_first_export_in_a_process_imports_no_modeling_code_the_caller_never_loaded():
+    """Patches of modeling code apply only where it is loaded: importing another model's modeling module during
+    an export runs transformers' lazy imports (loading llava's replaced sys.modules["transformers"]), which the
+    downstream ``unchanged`` check saw as soon as the artifact cache made an export the first in its process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, transformers\n"
+        "from hfexport import DynamoExporter, DynamoConfig\n"
+        "cfg = transformers.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,"
+        " num_attention_heads=4, vocab_size=64)\n"
+        "model = transformers.BertModel(cfg).eval()\n"
+        "module = sys.modules['transformers']\n"
+        "before = {m for m in sys.modules if m.startswith('transformers.models.')}\n"
+        "DynamoExporter().export(model, {'input_ids': torch.ones(1, 5, dtype=torch.long)}, DynamoConfig())\n"
+        "new = sorted(m for m in sys.modules if m.startswith('transformers.models.') and m not in before"
+        " and 'modeling_' in m)\n"
+        "print(sys.modules['transformers'] is module, new)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True []"

@@ -211,6 +211,11 @@ def _current(path):
 
 
 def test_vlm_patches_are_installed_only_during_export_and_restored_after_a_failure():
+    import importlib
+
+    # Modeling code is patched where it is loaded (a caller exporting llava has imported its modeling module).
+    for module in ("transformers.models.llava.modeling_llava", "transformers.models.qwen2_vl.modeling_qwen2_vl"):
+        importlib.import_module(module)
     before = {path: _current(path) for path in VLM_PATCHED}
     with pytest.raises(RuntimeError, match="boom"), apply_patches("dynamo", "executorch"):
         assert all(_current(path) is not before[path] for path in VLM_PATCHED)

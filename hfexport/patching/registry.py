@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -85,14 +86,30 @@ def register_fx_program_fix(backend: str, reason: str | None = None) -> Callable
     return decorator
 
 
+# Modeling code is patched only where the caller has loaded it: a model being exported has imported its own
+# modeling module, and importing another one is a change to the caller's world (transformers' lazy imports
+# run, and loading e.g. llava's modeling code replaced sys.modules["transformers"]).
+LOADED_ONLY = ("transformers.models.",)
+
+
 def resolve_owner(path: str) -> tuple[Any, str] | None:
-    """'pkg.mod.Class.attr' -> (Class, 'attr'); None when the module or object does not exist here."""
+    """'pkg.mod.Class.attr' -> (Class, 'attr'); None when the module or object does not exist here, or when it
+    is modeling code (``LOADED_ONLY``) that is not imported yet."""
     parts = path.split(".")
+    loaded_only = path.startswith(LOADED_ONLY)
     for split in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
+        module_name = ".".join(parts[:split])
+        if loaded_only:
+            obj = sys.modules.get(module_name)
+            if obj is None:
+                continue
+            if hasattr(obj, "__path__"):  # a package: reaching the module inside would import it
+                return None
+        else:
+            try:
+                obj = importlib.import_module(module_name)
+            except ImportError:
+                continue
         try:
             for name in parts[split:-1]:
                 obj = getattr(obj, name)
