@@ -28,8 +28,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ..decode_calls import explicit_mask
 from ..dynamo import tensor_inputs
-from ..generation import _bind, _clean, explicit_mask
+from ..generation import _bind, _clean
 from ..outputs import spec_leaf_names
 from .base import Runner
 

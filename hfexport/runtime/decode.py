@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import caches
-from ..generation import cache_slot_mask
+from ..decode_calls import cache_slot_mask
 from .reinplace import reinplace_input_updates
 
 
