@@ -67,7 +67,7 @@ def render(data: dict[str, Any], markdown: bool) -> list[str]:
     out = [f"### {impl}" if markdown else f"implementation: {impl}", ""]
     out += [f"Measured {data.get('created', '?')} on backends {','.join(data.get('backends', []))}; {versions}.", ""]
     out += [
-        f"Command: `{COMMAND.format(impl=impl)}`, then `python -m conformance.report "
+        f"Command: `{data.get('command') or COMMAND.format(impl=impl)}`, then `python -m conformance.report "
         f"{' '.join(data.get('report_paths') or [f'out/conformance-{impl}.json'])} --markdown`"
         + (
             f" (this table merges {data['merged_runs']} runs: the full one, then targeted re-runs of the tests a"

@@ -241,8 +241,29 @@ def _inputs_state(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
+# A backend's own once-per-process set-up that replaces attributes the snapshot watches, run before a snapshot
+# when its module is loaded, so the first export in a process is judged like any other (and an
+# implementation's own change to the same attributes is still seen): (module, function, why).
+UPSTREAM_ONE_TIME_SETUP = (
+    (
+        "executorch.exir._serialize._flatbuffer_program",
+        "_install_fast_packers",
+        "ExecuTorch installs faster flatbuffer packers on BufferT/BackendDelegateInlineDataT.Pack on its first "
+        "serialisation (lru_cache'd)",
+    ),
+)
+
+
+def _run_upstream_one_time_setup() -> None:
+    for module_name, function, _why in UPSTREAM_ONE_TIME_SETUP:
+        setup = getattr(sys.modules.get(module_name), function, None)
+        if callable(setup):
+            setup()
+
+
 def snapshot(model: Any, inputs: Mapping[str, Any]) -> Snapshot:
     """Everything an export must leave as it found it (see the module doc)."""
+    _run_upstream_one_time_setup()
     return Snapshot(_model_state(model), _inputs_state(inputs), _torch_state(), _attributes())
 
 

@@ -47,7 +47,13 @@ def start_recording(config: pytest.Config) -> None:
     config.stash[RECORDER] = report.Recorder(
         settings.impl,
         versions.installed_versions(settings.pins),
-        {"backends": settings.backends, "device": settings.device, "pins": settings.pins},
+        {
+            "backends": settings.backends,
+            "device": settings.device,
+            "pins": settings.pins,
+            # The run as typed (after pytest's own name), so a figure quoted from the report names its command.
+            "command": " ".join(["python -m pytest", *map(str, config.invocation_params.args)]),
+        },
     )
     config.pluginmanager.register(_Controller(config), "hfexport-controller")
 

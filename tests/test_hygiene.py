@@ -139,3 +139,23 @@ def test_first_export_in_a_process_imports_no_modeling_code_the_caller_never_loa
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "True []"
+
+
+def test_backends_once_per_process_setup_is_not_taken_for_a_change():
+    """ExecuTorch replaces two flatbuffer ``Pack`` methods on its first serialisation in a process; the snapshot
+    runs that set-up first, so the first export in a process is judged like any other."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "import executorch.exir._serialize._flatbuffer_program as fb\n"
+        "from pytest_hfexport.hygiene import diff, snapshot\n"
+        "model, inputs = torch.nn.Linear(2, 2), {'x': torch.ones(1, 2)}\n"
+        "before = snapshot(model, inputs)\n"
+        "fb._install_fast_packers()\n"
+        "print(diff(before, model, inputs))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

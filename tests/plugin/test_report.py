@@ -49,6 +49,8 @@ def test_rows_and_statuses(pytester, fake_impl, monkeypatch):
     data = json.loads((pytester.path / "out/report.json").read_text())
     assert data["implementation"] == "fakeimpl" and data["backends"] == ["dynamo", "onnx", "executorch"]
     assert data["versions"]["torch"] and data["pins"]["torch"]
+    assert data["command"] == ("python -m pytest --hfexport-impl=fakeimpl --hfexport-backend=dynamo,onnx,executorch "
+                               "--hfexport-report=out/report.json")
     rows = {(r["model"], r["backend"]): r for r in data["rows"]}
     assert not any(r["model"] == "test_not_an_export_test" for r in data["rows"])
     expect = {
