@@ -36,6 +36,21 @@ from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
 
+# torch warns when forward assigns a tensor attribute during export. These are caches a model keeps between
+# generate() steps (qwen2-vl's rope deltas); the export restores the model's state after the trace
+# (model_state.preserved), so the warning tells the user nothing they must act on.
+RESTORED_ATTRIBUTE_WARNINGS = (r"The tensor attribute self\.\S*rope_deltas was assigned during export",)
+
+
+@contextlib.contextmanager
+def _quiet_restored_attributes() -> Any:
+    import warnings
+
+    with warnings.catch_warnings():
+        for message in RESTORED_ATTRIBUTE_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        yield
+
 
 def carries_tensors(value: Any) -> bool:
     """True for tensors, caches and containers that hold them: those become graph inputs."""
@@ -142,6 +157,7 @@ class DynamoExporter(HfExporter):
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
             stack.enter_context(shapes.symbolic_size_one(dynamic_shapes is not None))
             stack.enter_context(torch.no_grad())
+            stack.enter_context(_quiet_restored_attributes())
             try:
                 program = torch.export.export(
                     model,
