@@ -116,13 +116,20 @@ def test_every_patch_states_its_reason():
         register_patch("test-only", "x.y")(lambda original: original)
 
 
+def _last_line_of_fresh_process(code: str) -> str:
+    """What ``code`` prints last, run in a fresh interpreter (first-import effects need a fresh process)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
 def test_first_export_in_a_process_imports_no_modeling_code_the_caller_never_loaded():
     """Patches of modeling code apply only where it is loaded: importing another model's modeling module during
     an export runs transformers' lazy imports (loading llava's replaced sys.modules["transformers"]), which the
     downstream ``unchanged`` check saw as soon as the artifact cache made an export the first in its process."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torch, transformers\n"
         "from hfexport import DynamoExporter, DynamoConfig\n"
@@ -136,17 +143,12 @@ def test_first_export_in_a_process_imports_no_modeling_code_the_caller_never_loa
         " and 'modeling_' in m)\n"
         "print(sys.modules['transformers'] is module, new)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "True []"
+    assert _last_line_of_fresh_process(code) == "True []"
 
 
 def test_backends_once_per_process_setup_is_not_taken_for_a_change():
     """ExecuTorch replaces two flatbuffer ``Pack`` methods on its first serialisation in a process; the snapshot
     runs that set-up first, so the first export in a process is judged like any other."""
-    import subprocess
-    import sys
-
     code = (
         "import torch\n"
         "import executorch.exir._serialize._flatbuffer_program as fb\n"
@@ -156,6 +158,4 @@ def test_backends_once_per_process_setup_is_not_taken_for_a_change():
         "fb._install_fast_packers()\n"
         "print(diff(before, model, inputs))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert _last_line_of_fresh_process(code) == "[]"

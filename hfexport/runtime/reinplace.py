@@ -43,10 +43,8 @@ def reinplace_input_updates(module: torch.fx.GraphModule) -> int:
         twin = IN_PLACE.get(update.target)
         if twin is None or not update.args or update.args[0] is not target or update.kwargs:
             continue
-        later_readers = [u for u in target.users if u not in (update, copy) and order[u] > order[update]]
-        update_readers_before_copy = all(order[u] < order[copy] or u is copy for u in update.users)
-        if later_readers or not update_readers_before_copy:
-            continue
+        if any(u not in (update, copy) and order[u] > order[update] for u in target.users):
+            continue  # the old cache is still read after the update
         update.target = twin
         copy.replace_all_uses_with(target)
         graph.erase_node(copy)
