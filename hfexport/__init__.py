@@ -7,41 +7,41 @@ their exporters raise a clear ImportError when instantiated.
 import sys as _sys
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the names _load_api puts in this namespace, for type checkers
-    from .auto import AutoExportConfig, AutoHfExporter
-    from .base import HfExporter
-    from .configs import DynamoConfig, ExecutorchConfig, ExportConfigMixin, ExportFormat, OnnxConfig
-    from .dynamo import DynamoExporter
-    from .errors import HfExportError
-    from .executorch import ExecutorchExporter
-    from .onnx import OnnxExporter
-    from .patching import register_fx_node_fix, register_fx_program_fix, register_patch
-    from .registry import AUTO_CONFIG_MAPPING, AUTO_EXPORTER_MAPPING, register_export_config, register_exporter
+if TYPE_CHECKING:  # the names _load_api puts in this namespace, for type checkers (explicit re-exports)
+    from .auto import AutoExportConfig as AutoExportConfig
+    from .auto import AutoHfExporter as AutoHfExporter
+    from .base import HfExporter as HfExporter
+    from .configs import DynamoConfig as DynamoConfig
+    from .configs import ExecutorchConfig as ExecutorchConfig
+    from .configs import ExportConfigMixin as ExportConfigMixin
+    from .configs import ExportFormat as ExportFormat
+    from .configs import OnnxConfig as OnnxConfig
+    from .dynamo import DynamoExporter as DynamoExporter
+    from .errors import HfExportError as HfExportError
+    from .executorch import ExecutorchExporter as ExecutorchExporter
+    from .onnx import OnnxExporter as OnnxExporter
+    from .patching import register_fx_node_fix as register_fx_node_fix
+    from .patching import register_fx_program_fix as register_fx_program_fix
+    from .patching import register_patch as register_patch
+    from .registry import AUTO_CONFIG_MAPPING as AUTO_CONFIG_MAPPING
+    from .registry import AUTO_EXPORTER_MAPPING as AUTO_EXPORTER_MAPPING
+    from .registry import register_export_config as register_export_config
+    from .registry import register_exporter as register_exporter
 
 __version__ = "0.1.0"
 
 
 # Where each public name lives (one table: the eager import, the deferred one and __all__ read it).
-_API: dict[str, str] = {
-    "ExportFormat": "configs",
-    "ExportConfigMixin": "configs",
-    "DynamoConfig": "configs",
-    "OnnxConfig": "configs",
-    "ExecutorchConfig": "configs",
-    "HfExporter": "base",
-    "DynamoExporter": "dynamo",
-    "OnnxExporter": "onnx",
-    "ExecutorchExporter": "executorch",
-    "AutoExportConfig": "auto",
-    "AutoHfExporter": "auto",
-    "AUTO_EXPORTER_MAPPING": "registry",
-    "AUTO_CONFIG_MAPPING": "registry",
-    "register_exporter": "registry",
-    "register_export_config": "registry",
-    "register_patch": "patching",
-    "register_fx_node_fix": "patching",
-    "register_fx_program_fix": "patching",
-    "HfExportError": "errors",
+_API: dict[str, tuple[str, ...]] = {
+    "configs": ("ExportFormat", "ExportConfigMixin", "DynamoConfig", "OnnxConfig", "ExecutorchConfig"),
+    "base": ("HfExporter",),
+    "dynamo": ("DynamoExporter",),
+    "onnx": ("OnnxExporter",),
+    "executorch": ("ExecutorchExporter",),
+    "auto": ("AutoExportConfig", "AutoHfExporter"),
+    "registry": ("AUTO_EXPORTER_MAPPING", "AUTO_CONFIG_MAPPING", "register_exporter", "register_export_config"),
+    "patching": ("register_patch", "register_fx_node_fix", "register_fx_program_fix"),
+    "errors": ("HfExportError",),
 }
 
 
@@ -50,8 +50,9 @@ def _load_api() -> None:
     import importlib
 
     namespace = globals()
-    for name, module in _API.items():
-        namespace[name] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    for module_name, names in _API.items():
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        namespace.update((name, getattr(module, name)) for name in names)
     configs = {"dynamo": namespace["DynamoConfig"], "onnx": namespace["OnnxConfig"]}
     configs["executorch"] = namespace["ExecutorchConfig"]
     for backend, cls in configs.items():
@@ -74,27 +75,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'hfexport' has no attribute {name!r}")
 
 
-__all__ = [
-    "ExportFormat",
-    "ExportConfigMixin",
-    "DynamoConfig",
-    "OnnxConfig",
-    "ExecutorchConfig",
-    "HfExporter",
-    "DynamoExporter",
-    "OnnxExporter",
-    "ExecutorchExporter",
-    "AutoExportConfig",
-    "AutoHfExporter",
-    "AUTO_EXPORTER_MAPPING",
-    "AUTO_CONFIG_MAPPING",
-    "register_exporter",
-    "register_export_config",
-    "register_patch",
-    "register_fx_node_fix",
-    "register_fx_program_fix",
-    "HfExportError",
-]  # the keys of _API
+__all__ = [name for names in _API.values() for name in names]
 
 if not getattr(_sys.modules.get("hfexport_launcher"), "DEFER_API", False):
     _load_api()

@@ -136,6 +136,12 @@ class ExportConfigMixin:
 
     export_format: ClassVar[ExportFormat | str]
 
+    def __init_subclass__(cls, export_format: ExportFormat | str | None = None, **kwargs: Any) -> None:
+        """``class MyConfig(ExportConfigMixin, export_format="mine")`` sets the format (a class attribute works too)."""
+        super().__init_subclass__(**kwargs)
+        if export_format is not None:
+            cls.export_format = export_format
+
     # -- validation -----------------------------------------------------------------
     def __post_init__(self) -> None:
         self.validate()
@@ -212,18 +218,16 @@ class ExportConfigMixin:
 
 
 @dataclasses.dataclass(eq=False)
-class DynamoConfig(ExportConfigMixin):
-    """torch.export options.
+class DynamoConfig(ExportConfigMixin, export_format=ExportFormat.DYNAMO):
+    """torch.export options (the ONNX and ExecuTorch configs add theirs on top)."""
 
-    dynamic: mark every axis of every tensor and cache input dynamic (unless
-    dynamic_shapes is given, which goes to torch.export.export unchanged).
-    """
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.DYNAMO
-
+    # Every axis of every tensor and cache input symbolic (batch, sequence, cache length, image patches).
     dynamic: bool = False
+    # torch.export's strict (TorchDynamo) tracing instead of the non-strict Python-level trace.
     strict: bool = False
+    # Passed to torch.export.export unchanged; overrides ``dynamic``.
     dynamic_shapes: Any = None
+    # Data-dependent checks become runtime asserts in the graph rather than guards that specialise it.
     prefer_deferred_runtime_asserts_over_guards: bool = False
 
     def validate(self) -> None:
@@ -236,10 +240,8 @@ class DynamoConfig(ExportConfigMixin):
 
 
 @dataclasses.dataclass(eq=False)
-class OnnxConfig(DynamoConfig):
+class OnnxConfig(DynamoConfig, export_format=ExportFormat.ONNX):
     """ONNX options on top of the torch.export ones."""
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.ONNX
 
     output_path: str | None = None
     opset_version: int | None = None
@@ -249,7 +251,6 @@ class OnnxConfig(DynamoConfig):
     keep_initializers_as_inputs: bool = False
 
     def validate(self) -> None:
-        super().validate()
         if self.output_path is not None:
             import os
 
@@ -264,17 +265,16 @@ class OnnxConfig(DynamoConfig):
                     f"OnnxConfig.opset_version={self.opset_version}: the torch.export-based ONNX exporter emits "
                     "opset 18 or newer; pass None for the newest the installed onnxscript supports"
                 )
+        super().validate()  # the shared checks (booleans, ...) after this backend's own
 
 
 @dataclasses.dataclass(eq=False)
-class ExecutorchConfig(DynamoConfig):
+class ExecutorchConfig(DynamoConfig, export_format=ExportFormat.EXECUTORCH):
     """ExecuTorch options: the delegate, and the three memory-planning switches.
 
     The alloc_* flags set to False leave graph inputs, outputs and mutable buffers
     to the caller, which is what in-place static-cache updates need.
     """
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.EXECUTORCH
 
     backend: str = "xnnpack"
     alloc_graph_input: bool = True
@@ -282,8 +282,8 @@ class ExecutorchConfig(DynamoConfig):
     alloc_mutable_buffers: bool = True
 
     def validate(self) -> None:
-        super().validate()
         if self.backend not in EXECUTORCH_BACKENDS:
             raise ValueError(
                 f"ExecutorchConfig.backend={self.backend!r} is not known; choose one of {list(EXECUTORCH_BACKENDS)}"
             )
+        super().validate()  # the shared checks (booleans, ...) after this backend's own

@@ -44,20 +44,14 @@ Components = dict[str, tuple[torch.nn.Module, dict[str, Any]]]
 
 
 def _bind(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Positional and keyword arguments of one call, as a flat dict of parameter names."""
-    signature = inspect.signature(module.forward)
-    try:
-        bound = signature.bind_partial(*args, **kwargs).arguments
-    except TypeError:
-        return dict(kwargs)
-    out: dict[str, Any] = {}
-    for name, value in bound.items():
-        kind = signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_KEYWORD:
-            out.update(value)
-        elif kind is not inspect.Parameter.VAR_POSITIONAL:
-            out[name] = value
-    return out
+    """Positional and keyword arguments of one call, as a flat dict of parameter names.
+
+    Positional values take the names of the forward's positional parameters in order (extra ones, for a
+    ``*args`` forward, are not exportable inputs and are left out); keywords keep their own names.
+    """
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in inspect.signature(module.forward).parameters.values() if p.kind in positional]
+    return {**dict(zip(names, args)), **kwargs}
 
 
 @contextlib.contextmanager
@@ -79,16 +73,17 @@ def record_calls(modules: Mapping[str, torch.nn.Module]) -> Iterator[list[tuple[
 
 
 def _get_encoder(model: Any, modality: str | None) -> Any:
-    getter = getattr(model, "get_encoder", None)
-    if getter is None:
-        return None
+    """The model's encoder for ``modality`` (its only encoder for None), or None where it has none.
+
+    transformers' ``get_encoder`` returns the model itself when nothing matches, refuses a ``modality`` keyword
+    on older model classes, and raises on composite models without that tower: all of those mean "none".
+    """
+    kwargs = {"modality": modality} if modality else {}
     try:
-        encoder = getter(modality=modality) if modality else getter()
-    except TypeError:
-        encoder = getter() if modality is None else None
-    except (AttributeError, NotImplementedError, ValueError):
+        encoder = model.get_encoder(**kwargs)
+    except (AttributeError, TypeError, NotImplementedError, ValueError):
         return None
-    return None if encoder is model else encoder  # "no match" returns the model itself
+    return None if encoder is model else encoder
 
 
 def hook_targets(model: Any) -> dict[str, torch.nn.Module]:

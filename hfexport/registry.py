@@ -54,26 +54,36 @@ def _check_subclass(kind: str, decorator: str, name: Any, cls: Any) -> None:
         raise TypeError(f"{decorator}({name!r}) needs a subclass of {base.__name__}, got {cls!r}")
 
 
-def register_exporter(name: str) -> Callable[[type], type]:
-    """Class decorator: make ``AutoHfExporter`` pick this exporter for ``export_format == name``."""
+def _registrar(
+    kind: str, decorator_name: str, mapping: dict[str, Any], doc: str
+) -> Callable[[str], Callable[[type], type]]:
+    """The class decorator factory that files a checked ``kind`` subclass under an export format in ``mapping``."""
 
-    def decorator(cls: type) -> type:
-        _check_subclass("exporter", "register_exporter", name, cls)
-        AUTO_EXPORTER_MAPPING[_key(name)] = cls
-        return cls
+    def register(name: str) -> Callable[[type], type]:
+        def decorator(cls: type) -> type:
+            _check_subclass(kind, decorator_name, name, cls)
+            mapping[_key(name)] = cls
+            return cls
 
-    return decorator
+        return decorator
+
+    register.__name__ = register.__qualname__ = decorator_name
+    register.__doc__ = doc
+    return register
 
 
-def register_export_config(name: str) -> Callable[[type], type]:
-    """Class decorator: make ``AutoExportConfig`` build this class for ``export_format == name``."""
-
-    def decorator(cls: type) -> type:
-        _check_subclass("config", "register_export_config", name, cls)
-        AUTO_CONFIG_MAPPING[_key(name)] = cls
-        return cls
-
-    return decorator
+register_exporter = _registrar(
+    "exporter",
+    "register_exporter",
+    AUTO_EXPORTER_MAPPING,
+    "Class decorator: make ``AutoHfExporter`` pick this exporter for ``export_format == name``.",
+)
+register_export_config = _registrar(
+    "config",
+    "register_export_config",
+    AUTO_CONFIG_MAPPING,
+    "Class decorator: make ``AutoExportConfig`` build this class for ``export_format == name``.",
+)
 
 
 def _unknown(kind: str, name: Any, known: Mapping[str, Any]) -> ValueError:

@@ -173,14 +173,14 @@ class OrtGuide:
         return (len(info.shape), info.type) if info is not None else (0, None)
 
     def new_cache(self, batch: int) -> None:
-        from hfexport.runtime.onnxruntime import ORT_TO_TORCH
+        from pytest_hfexport.runtime_types import ort_dtype
 
         self.buffers = {}
         for name in self.pairs:
             info = self.inputs[f"input.{name}"]
             dims = [batch if axis == 0 else (d if isinstance(d, int) else MAX_CACHE_LEN)
                     for axis, d in enumerate(info.shape)]
-            self.buffers[name] = torch.zeros(dims, dtype=ORT_TO_TORCH[info.type])
+            self.buffers[name] = torch.zeros(dims, dtype=ort_dtype(info.type))
 
     def cache_tensors(self) -> dict[str, torch.Tensor]:
         return self.buffers

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pytest_hfexport.compare import FP32_ATOL
 
@@ -19,6 +21,27 @@ TOLERANCE = dict(FP32_ATOL)
 EXECUTORCH_BACKENDS = ("xnnpack", "portable", "cuda")
 
 
+# Each command's one-line help (in `hfexport --help`) and its description (in `hfexport <command> --help`).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "export": (
+        "export a local model folder",
+        "Export a model folder written by save_pretrained. Plain exports are saved as "
+        "DIR/model.<suffix>; with --for-generation each component as DIR/<component>.<suffix>. "
+        "DIR/hfexport.json records what was exported, the config, versions, files and errors.",
+    ),
+    "run": (
+        "run an exported static-cache decode loop",
+        "Greedy decode with the exported 'decode' graph of DIR (exported with "
+        "--for-generation --multi-token-decode --static-cache N): prefill the prompt, then one "
+        "token per call. Prints the tokens and decode tokens/second.",
+    ),
+    "env": (
+        "installed versions beside the pins, and usable backends",
+        "Installed versions beside hfexport's tested pins (drift marked) and which export backends are usable here.",
+    ),
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error also says where to read the options (exit code 2, as argparse does)."""
 
@@ -27,24 +50,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nRun '{self.prog} --help' for the options.\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
+def _number_parser(kind: type, noun: str, smallest: float, rule: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reads ``kind`` and refuses values below ``smallest`` with ``rule``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if value < smallest:
+            raise argparse.ArgumentTypeError(f"{value} {rule}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid ... value" message
+    return parse
 
 
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; a tolerance is 0 or more")
-    return value
+_positive_int = _number_parser(int, "an integer", 1, "must be 1 or more")
+_tolerance = _number_parser(float, "a number", 0, "is negative; a tolerance is 0 or more")
 
 
 def _token_ids(text: str) -> list[int]:
@@ -64,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(.pt2), ONNX (.onnx) or ExecuTorch (.pte), check them against eager, and run them.",
         epilog="Exit codes: 0 ok, 1 mismatch against eager, 2 usage error, 3 export failed.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{export,run,env}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
 
     common = _Parser(add_help=False)
     common.add_argument(
@@ -77,14 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="log hfexport's INFO messages and full tracebacks on failure"
     )
 
-    ex = sub.add_parser(
-        "export",
-        parents=[common],
-        help="export a local model folder",
-        description="Export a model folder written by save_pretrained. Plain exports are saved as "
-        "DIR/model.<suffix>; with --for-generation each component as DIR/<component>.<suffix>. "
-        "DIR/hfexport.json records what was exported, the config, versions, files and errors.",
-    )
+    ex = sub.add_parser("export", parents=[common], help=COMMANDS["export"][0], description=COMMANDS["export"][1])
     ex.add_argument("path", help="local model folder (what save_pretrained writes: config.json + weights)")
     ex.add_argument("--format", "-f", required=True, help=f"one of {', '.join(FORMATS)}")
     ex.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the artifacts (created)")
@@ -129,14 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--attn-implementation", help="load the model with this attention (e.g. sdpa, eager)")
     ex.add_argument("--seed", type=int, default=0, help="seed of the random sample inputs (default 0)")
 
-    run = sub.add_parser(
-        "run",
-        parents=[common],
-        help="run an exported static-cache decode loop",
-        description="Greedy decode with the exported 'decode' graph of DIR (exported with "
-        "--for-generation --multi-token-decode --static-cache N): prefill the prompt, then one "
-        "token per call. Prints the tokens and decode tokens/second.",
-    )
+    run = sub.add_parser("run", parents=[common], help=COMMANDS["run"][0], description=COMMANDS["run"][1])
     run.add_argument("dir", help="folder written by 'hfexport export --for-generation'")
     run.add_argument("--prompt-ids", required=True, type=_token_ids, help="comma list of token ids, e.g. 1,2,3")
     run.add_argument("--max-new-tokens", type=_positive_int, default=16, help="tokens to generate (default 16)")
@@ -159,13 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "static cache and say whether the tokens match (exit 1 if not)",
     )
 
-    sub.add_parser(
-        "env",
-        parents=[common],
-        help="installed versions beside the pins, and usable backends",
-        description="Installed versions beside hfexport's tested pins (drift marked) and which export "
-        "backends are usable here.",
-    )
+    sub.add_parser("env", parents=[common], help=COMMANDS["env"][0], description=COMMANDS["env"][1])
     return parser
 
 

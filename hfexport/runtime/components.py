@@ -152,18 +152,11 @@ class ExportedGenerate:
         for name in self.runners:
             module = self.components[name][0]
             by_module.setdefault(id(module), (module, {}))[1][name] = TOP_LEVEL.get(name, "every")
-        saved: list[tuple[torch.nn.Module, Any]] = []
-        try:
+        with contextlib.ExitStack() as restore:
             for module, roles in by_module.values():
-                saved.append((module, module.__dict__.get("forward", _MISSING)))
+                restore.callback(_put_back_forward, module, module.__dict__.get("forward", _MISSING))
                 module.forward = self._dispatcher(module, roles)
             yield
-        finally:
-            for module, original in saved:
-                if original is _MISSING:
-                    module.__dict__.pop("forward", None)
-                else:
-                    module.forward = original
 
     def _dispatcher(self, module: torch.nn.Module, roles: dict[str, str]) -> Any:
         eager = type(module).forward.__get__(module)
@@ -202,6 +195,14 @@ class ExportedGenerate:
 
 
 _MISSING = object()
+
+
+def _put_back_forward(module: torch.nn.Module, original: Any) -> None:
+    """Undo one served forward: the instance attribute the module had, or none (its class's forward again)."""
+    if original is _MISSING:
+        module.__dict__.pop("forward", None)
+    else:
+        module.forward = original
 
 
 def _new_tokens(out: torch.Tensor, count: int) -> torch.Tensor:

@@ -28,25 +28,18 @@ from .decode import DecodeLoop
 
 logger = logging.getLogger(__name__)
 
-# ExecuTorch ScalarType codes (executorch/runtime/core/portable_type/scalar_type.h) -> torch dtypes.
-SCALAR_TYPES: dict[int, torch.dtype] = {
-    0: torch.uint8,
-    1: torch.int8,
-    2: torch.int16,
-    3: torch.int32,
-    4: torch.int64,
-    5: torch.float16,
-    6: torch.float32,
-    7: torch.float64,
-    11: torch.bool,
-    15: torch.bfloat16,
-}
-
 
 def _dtype(info: Any) -> torch.dtype | None:
-    code = info.dtype()
-    code = int(getattr(code, "value", code))
-    return SCALAR_TYPES.get(code)
+    """A method input's ExecuTorch scalar type -> torch dtype (None for a type torch has no dtype for).
+
+    The table is the verdict engine's (``pytest_hfexport.runtime_types``), shared with the judge.
+    """
+    from pytest_hfexport.runtime_types import executorch_dtype
+
+    try:
+        return executorch_dtype(info)
+    except TypeError:
+        return None
 
 
 def _load(program: Any) -> tuple[Any, dict[str, Any] | None]:
@@ -67,6 +60,26 @@ def _load(program: Any) -> tuple[Any, dict[str, Any] | None]:
     return runtime.load_program(program.buffer), io
 
 
+def _recorded_names(io: dict[str, Any], kind: str, count: int) -> list[str]:
+    """The input or output names saved next to the program, or positional names where they do not fit.
+
+    A .pte written by another tool (or by hand) has no names file; a stale names file would mislabel
+    every tensor, so a count mismatch falls back to ``input_0``/``output_0``... with a warning.
+    """
+    names = list(io.get(kind, []))
+    if len(names) == count:
+        return names
+    if names:
+        logger.warning(
+            "the recorded %s names (%d) do not match the method's %d %s; using positional names",
+            kind[:-1],
+            len(names),
+            count,
+            kind,
+        )
+    return [f"{kind[:-1]}_{i}" for i in range(count)]
+
+
 class ExecutorchRunner(Runner):
     """Runs the ``forward`` method of a ``.pte`` (path) or an in-memory ExecutorchProgramManager."""
 
@@ -83,26 +96,8 @@ class ExecutorchRunner(Runner):
         self._meta = meta
         n_in, n_out = meta.num_inputs(), meta.num_outputs()
         self.io = io or {}
-        names_in = list(self.io.get("inputs", []))
-        names_out = list(self.io.get("outputs", []))
-        if len(names_in) != n_in:
-            if names_in:
-                logger.warning(
-                    "the recorded input names (%d) do not match the method's %d inputs; using positional names",
-                    len(names_in),
-                    n_in,
-                )
-            names_in = [f"input_{i}" for i in range(n_in)]
-        if len(names_out) != n_out:
-            if names_out:
-                logger.warning(
-                    "the recorded output names (%d) do not match the method's %d outputs; using positional names",
-                    len(names_out),
-                    n_out,
-                )
-            names_out = [f"output_{i}" for i in range(n_out)]
-        self._inputs = names_in
-        self._outputs = names_out
+        self._inputs = _recorded_names(self.io, "inputs", n_in)
+        self._outputs = _recorded_names(self.io, "outputs", n_out)
         # Cache tensors the program owns as mutable buffers: {flat name: attribute name}.
         self.owned: dict[str, str] = dict(self.io.get("owned_inputs", {}))
 

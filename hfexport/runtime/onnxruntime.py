@@ -27,19 +27,19 @@ logger = logging.getLogger(__name__)
 INPUT_PREFIX = "input."
 OUTPUT_PREFIX = "output."
 
-# ONNX Runtime's type strings -> torch dtypes.
-ORT_TO_TORCH: dict[str, torch.dtype] = {
-    "tensor(float)": torch.float32,
-    "tensor(float16)": torch.float16,
-    "tensor(bfloat16)": torch.bfloat16,
-    "tensor(double)": torch.float64,
-    "tensor(int64)": torch.int64,
-    "tensor(int32)": torch.int32,
-    "tensor(int16)": torch.int16,
-    "tensor(int8)": torch.int8,
-    "tensor(uint8)": torch.uint8,
-    "tensor(bool)": torch.bool,
-}
+
+def _torch_dtype(type_string: str) -> torch.dtype | None:
+    """ONNX Runtime's ``tensor(float)``-style type -> torch dtype (None for a type torch has no dtype for).
+
+    The table is the verdict engine's (``pytest_hfexport.runtime_types``): one table of facts for the runner and
+    the judge that drives ONNX Runtime directly.
+    """
+    from pytest_hfexport.runtime_types import ort_dtype
+
+    try:
+        return ort_dtype(type_string)
+    except TypeError:
+        return None
 
 
 def _strip(name: str, prefix: str) -> str:
@@ -110,7 +110,7 @@ class OrtRunner(Runner):
         out = {}
         for name, info in self._graph_inputs.items():
             shape = tuple(d if isinstance(d, int) else (d if d else "?") for d in (info.shape or ()))
-            out[name] = (shape, ORT_TO_TORCH.get(info.type))
+            out[name] = (shape, _torch_dtype(info.type))
         return out
 
     def check_inputs(self, flat: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -27,6 +27,11 @@ import pytest
 
 UNSUPPORTED_PREFIX = "unsupported: "
 
+# Component name -> saved artifact, as an adapter's generation export returns them.
+ComponentPaths = Mapping[str, Path]
+# Keyword arguments of a model call (input_ids, attention_mask, pixel_values, ...).
+ModelInputs = Mapping[str, Any]
+
 # Every capability a check may require, and what it means.
 CAPABILITIES: dict[str, str] = {
     "export": "export a model traced on sample inputs, save the artifact and load it back",
@@ -158,14 +163,11 @@ class Adapter:
         raise NotImplementedError
 
     def serve(
-        self,
-        model: Any,
-        paths: Mapping[str, Path],
-        inputs: Mapping[str, Any],
-        new_tokens: int,
-        generation_config: Any = None,
+        self, model: Any, paths: ComponentPaths, inputs: ModelInputs, new_tokens: int, generation_config: Any = None
     ) -> Any:
-        """Greedy new tokens of ``model.generate(**inputs)`` with every component served by its saved artifact."""
+        """Greedy new tokens of ``model.generate(**inputs)`` with every component served by its saved artifact.
+
+        ``paths`` maps each component name (as ``export_for_generation`` names it) to its saved artifact."""
         raise NotImplementedError
 
     # -- API ---------------------------------------------------------------------------------------
