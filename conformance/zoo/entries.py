@@ -235,8 +235,8 @@ def _t5() -> Any:
 register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, seed=3))
 
 
-# BART-style encoder-decoders: learned positions, cross-attention caches in both layer layouts.
-TINY_BART = dict(
+# The stacks of the BART-style encoder-decoders (bart, mbart) and of whisper.
+TINY_ENCODER_DECODER = dict(
     d_model=32,
     encoder_layers=2,
     decoder_layers=2,
@@ -245,8 +245,9 @@ TINY_BART = dict(
     encoder_ffn_dim=64,
     decoder_ffn_dim=64,
     vocab_size=128,
-    max_position_embeddings=128,
 )
+# BART-style encoder-decoders: learned positions, cross-attention caches in both layer layouts.
+TINY_BART = dict(TINY_ENCODER_DECODER, max_position_embeddings=128)
 
 
 def _bart_like(name: str, model_cls: Any, config_cls: Any, init_std: float, seed: int = 0) -> None:
@@ -264,14 +265,7 @@ _bart_like("mbart", tf.MBartForConditionalGeneration, tf.MBartConfig, init_std=0
 def _whisper() -> Any:
     return tf.WhisperForConditionalGeneration(
         tf.WhisperConfig(
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            vocab_size=128,
+            **TINY_ENCODER_DECODER,
             num_mel_bins=16,
             max_source_positions=16,
             max_target_positions=64,
