@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import transformers as tf
 
-from .inputs import causal_lm_inputs, image_inputs, seq2seq_inputs, speech_inputs, text_inputs
+from .inputs import causal_lm_inputs, image_inputs, seq2seq_inputs, speech_inputs, text_inputs, vision_seq2seq_inputs
 from .registry import ZooEntry, register
 
 TINY = dict(
@@ -282,6 +282,41 @@ def _whisper() -> Any:
 
 register(ZooEntry("whisper", "speech", _whisper, speech_inputs, checks=SEQ2SEQ))
 
+
+def _vision_encoder_decoder() -> Any:
+    encoder = tf.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8
+    )
+    decoder = tf.GPT2Config(
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        vocab_size=128,
+        n_positions=64,
+        add_cross_attention=True,
+        is_decoder=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        initializer_range=0.5,
+    )
+    config = tf.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 1, 0, 2
+    return tf.VisionEncoderDecoderModel(config)
+
+
+# An encoder-decoder over images: a ViT encoder and a GPT-2 decoder with cross-attention (the composite
+# model class that TrOCR/Donut-style checkpoints use), built from two configs.
+register(
+    ZooEntry(
+        "vision_encoder_decoder",
+        "encoder-decoder",
+        _vision_encoder_decoder,
+        vision_seq2seq_inputs,
+        checks=SEQ2SEQ,
+        seed=3,
+    )
+)
 
 # -- vision-language ---------------------------------------------------------------------
 LLAVA_IMAGE_TOKEN = 127

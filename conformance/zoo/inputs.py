@@ -44,3 +44,13 @@ def speech_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
         "input_features": torch.randn(batch, cfg.num_mel_bins, frames),
         "decoder_input_ids": torch.randint(3, cfg.vocab_size, (batch, max(1, seq // 2))),
     }
+
+
+def vision_seq2seq_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
+    """An image for the encoder and a decoder prompt (the encoder has no token axis; ``seq`` sizes the decoder)."""
+    encoder, decoder = model.config.encoder, model.config.decoder
+    size = encoder.image_size
+    return {
+        "pixel_values": torch.randn(batch, encoder.num_channels, size, size),
+        "decoder_input_ids": torch.randint(3, decoder.vocab_size, (batch, max(1, seq // 2))),
+    }
