@@ -3,13 +3,16 @@
 The model is a small random-weight llama (hidden 256, 4 layers, vocab 1024) with a 512-slot
 static cache. Each backend exports ``decode`` with ``export_for_generation(..., multi_token_decode=True)``
 and a static ``GenerationConfig``; ``hfexport.runtime.decode.decode_loop`` then prefills the prompt
-and decodes greedily. Eager runs ``model.generate`` with the same static cache (no torch.compile);
+and decodes greedily. ExecuTorch runs in two forms: the cache owned by the program
+(``ExecutorchExporter(cache_as_buffers=True)``: mutable buffers that persist across ``execute()``, no copy
+per step; the form the Python loop is fast with) and the cache as graph inputs (the form a C++ caller binds
+with ``set_output_data_ptr``; from Python the runtime copies the cache in and out on every call). Eager runs ``model.generate`` with the same static cache (no torch.compile);
 its decode rate is (N - 1) / (t(N tokens) - t(1 token)), so prefill is not counted on either side.
 Every backend's tokens are compared with eager's. A backend that cannot export or run here is
 reported as ``unavailable: <reason>`` and the others still run.
 
-    python benchmarks/decode_throughput.py                         # dynamo, onnx, executorch; 64 tokens
-    python benchmarks/decode_throughput.py --backends dynamo --new-tokens 128 --repeat 5
+    python benchmarks/decode_throughput.py                         # every runner; 64 tokens, 5 runs each
+    python benchmarks/decode_throughput.py --backends dynamo --new-tokens 128 --repeat 3
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from typing import Any
 
 import _common
 
+# Runner name -> (backend, ExecutorchExporter options). --backends picks runners by backend.
+RUNNERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "dynamo": ("dynamo", {}),
+    "onnx": ("onnx", {}),
+    "executorch": ("executorch", {"cache_as_buffers": True}),
+    "executorch (cache as inputs)": ("executorch", {}),
+}
 BACKENDS = ("dynamo", "onnx", "executorch")
 
 
@@ -65,20 +75,21 @@ def eager_rate(model: Any, prompt: Any, new_tokens: int, cache: int, repeat: int
     return {"tokens_per_s": statistics.median(rates), "runs": rates, "tokens": tokens}
 
 
-def backend_rate(backend: str, model: Any, prompt: Any, new_tokens: int, cache: int, repeat: int,
+def backend_rate(runner: str, model: Any, prompt: Any, new_tokens: int, cache: int, repeat: int,
                  workdir: Path) -> dict[str, Any]:
-    """Export, save and load ``decode`` for ``backend``, then time its loop. Raises when unavailable."""
+    """Export, save and load ``decode`` for ``runner``, then time its loop. Raises when unavailable."""
     import torch
 
     from hfexport import AutoExportConfig, AutoHfExporter
     from hfexport.runtime.decode import decode_loop
 
+    backend, options = RUNNERS[runner]
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
+    exporter = type(AutoHfExporter.from_config(config))(**options)
     inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
     export_s, programs = _common.timed(lambda: exporter.export_for_generation(
         model, inputs, config, generation_config=generation_config(cache), multi_token_decode=True))
-    path = workdir / f"decode{exporter.file_suffix}"
+    path = workdir / f"decode{len(list(workdir.iterdir()))}{exporter.file_suffix}"
     exporter.save(programs["decode"], str(path))
     del programs
     loop = decode_loop(str(path), backend, max_cache_len=cache)  # ONNX graphs keep the cache axis symbolic
@@ -95,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list (default: all three)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run (default 64)")
     parser.add_argument("--prompt-len", type=int, default=16, help="prompt tokens (default 16)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per backend; the median counts (default 3)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="timed runs per runner; the median counts, min and max are printed (default 5)")
     parser.add_argument("--hidden", type=int, default=256, help="hidden size (default 256)")
     parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
     parser.add_argument("--cache", type=int, default=512, help="static cache slots (default 512)")
@@ -119,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = [{"runner": "eager generate (static cache)", "status": "ok",
                                    "tokens_per_s": eager["tokens_per_s"], "runs": eager["runs"],
                                    "speedup_vs_eager": 1.0, "tokens_match_eager": True}]
+    runners = [name for name, (backend, _) in RUNNERS.items() if backend in backends]
     with tempfile.TemporaryDirectory() as tmp:
-        for backend in backends:
-            print(f"{backend}: export + decode loop ...", file=sys.stderr, flush=True)
-            row: dict[str, Any] = {"runner": f"{backend} decode loop"}
+        for runner in runners:
+            print(f"{runner}: export + decode loop ...", file=sys.stderr, flush=True)
+            row: dict[str, Any] = {"runner": f"{runner} decode loop"}
             try:
-                result = backend_rate(backend, model, prompt, args.new_tokens, args.cache, args.repeat, Path(tmp))
+                result = backend_rate(runner, model, prompt, args.new_tokens, args.cache, args.repeat, Path(tmp))
             except Exception as exc:  # a backend colleagues are still finishing: report, keep going
                 first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
                 row.update(status=f"unavailable: {type(exc).__name__}: {first}", tokens_per_s=None)
@@ -134,9 +147,13 @@ def main(argv: list[str] | None = None) -> int:
                            tokens_match_eager=result["tokens"] == eager["tokens"])
             rows.append(row)
 
-    print(_common.table(["runner", "tokens/s", "x eager", "prefill ms", "export s", "tokens = eager", "status"],
-                        [[r["runner"], r.get("tokens_per_s"), r.get("speedup_vs_eager"), r.get("prefill_ms"),
-                          r.get("export_s"), r.get("tokens_match_eager"), r["status"][:90]] for r in rows]))
+    for r in rows:
+        r["min_tokens_per_s"], r["max_tokens_per_s"] = (min(r["runs"]), max(r["runs"])) if r.get("runs") else (None,) * 2
+    print(_common.table(["runner", "tokens/s", "min", "max", "x eager", "prefill ms", "export s", "tokens = eager",
+                         "status"],
+                        [[r["runner"], r.get("tokens_per_s"), r.get("min_tokens_per_s"), r.get("max_tokens_per_s"),
+                          r.get("speedup_vs_eager"), r.get("prefill_ms"), r.get("export_s"),
+                          r.get("tokens_match_eager"), r["status"][:90]] for r in rows]))
     payload = {"model": {"arch": "llama", "hidden": args.hidden, "layers": args.layers, "vocab": 1024,
                          "cache": args.cache}, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
                "repeat": args.repeat, "torch_threads": torch.get_num_threads(), "rows": rows}
