@@ -15,8 +15,14 @@ when the program has it, since it avoids the per-step copies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,43 @@ from .base import Runner
 from .decode import DecodeLoop
 
 logger = logging.getLogger(__name__)
+
+# What ExecuTorch's thread pool prints from native code when a method with an XNNPACK delegate is first
+# loaded in a process, on every machine whose /sys has no ARM CPU-id files: probe chatter, not errors.
+NATIVE_PROBE_LINE = re.compile(r"^\[cpuinfo_utils\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _native_probe_lines_dropped() -> Iterator[None]:
+    """Run with file descriptor 2 captured, then write back every captured line but the CPU-probe chatter.
+
+    Native code writes to the descriptor, not to ``sys.stderr``, so a Python-level filter cannot see it.
+    Whatever else was written meanwhile (a runtime error, another thread's message) still reaches stderr.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable descriptor 2: nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+            kept = [line for line in text.splitlines(keepends=True) if not NATIVE_PROBE_LINE.match(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def _load_method(program: Any, name: str) -> Any:
+    with _native_probe_lines_dropped():
+        return program.load_method(name)
 
 
 def _dtype(info: Any) -> torch.dtype | None:
@@ -91,7 +134,7 @@ class ExecutorchRunner(Runner):
         if method not in self.program.method_names:
             raise ValueError(f"the program has no method {method!r}; it has {sorted(self.program.method_names)}")
         self.method_name = method
-        self.method = self.program.load_method(method)
+        self.method = _load_method(self.program, method)
         meta = self.method.metadata
         self._meta = meta
         n_in, n_out = meta.num_inputs(), meta.num_outputs()
@@ -119,7 +162,7 @@ class ExecutorchRunner(Runner):
         bound for unplanned inputs) back to its start. The Python runtime caches loaded methods per program,
         so reloading the method alone keeps that state."""
         self.program, _ = _load(self._source)
-        self.method = self.program.load_method(self.method_name)
+        self.method = _load_method(self.program, self.method_name)
 
     def attribute(self, name: str) -> torch.Tensor:
         """A live view of program-owned state (flat name or attribute name): writes change the program's state."""
