@@ -116,7 +116,9 @@ def exported(
                 what = "export_for_generation" if generation else "export"
                 key = export_key(adapter, hfexport_backend, model, result.inputs, config, what, options)
                 result.paths, result.cached = hfexport_artifact_cache.get_or_build(key, export_and_save)
-                result.programs = result.programs or dict.fromkeys(result.paths)
+            # Names only from here on: the checks run the saved artifacts, and the in-memory programs (an
+            # ExecuTorch manager keeps every lowering stage) would pin gigabytes per worker for the session.
+            result.programs = dict.fromkeys(result.programs or result.paths)
             for name, path in result.paths.items():
                 result.runners[name] = adapter.load(path)
         except BaseException as exc:  # kept and re-raised to every check of this artifact
