@@ -89,6 +89,15 @@ def test_a_tiny_model_builds_with_inputs_eager_accepts():
     assert built.other is not None and tuple(built.other["input_ids"].shape) == (2, 9)
 
 
+def test_a_causal_lm_head_of_an_encoder_architecture_is_built_as_a_decoder():
+    """Without is_decoder=True, RoBERTa's causal LM never writes its cache: generate() ran a model nobody deploys
+    and every exporter failed its serving (the cache inputs were missing)."""
+    built = build_module.build(Architecture("RobertaForCausalLM", "causal_lm", "roberta", "RobertaConfig"))
+    assert built.model.config.is_decoder is True and any("is_decoder" in note for note in built.notes)
+    llama = build_module.build(Architecture("LlamaForCausalLM", "causal_lm", "llama", "LlamaConfig"))
+    assert not any("is_decoder" in note for note in llama.notes)  # decoder-only configs are left alone
+
+
 def test_unbuildable_architectures_say_why():
     arch = Architecture("NoSuchModelForCausalLM", "causal_lm", "nope", "NoSuchConfig")
     with pytest.raises(build_module.NotBuildable) as raised:

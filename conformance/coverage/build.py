@@ -81,6 +81,16 @@ def _start_token(model: Any) -> None:
         generation.decoder_start_token_id = pad if isinstance(pad, int) else 0
 
 
+def _as_standalone_decoder(config: Any, head: str) -> bool:
+    """A causal-LM head on an encoder architecture (BERT, RoBERTa, ...) is only a decoder with ``is_decoder=True``
+    (transformers warns otherwise): without it, attention is bidirectional and the cache is never written, so
+    generate() runs a model nobody would deploy. Decoder-only configs do not read the flag."""
+    if head != "causal_lm" or getattr(config, "is_decoder", None) is not False:
+        return False
+    config.is_decoder = True
+    return True
+
+
 def build(arch: Architecture, levels: tuple[frozenset[str], ...] = LEVELS) -> Built:
     """The first shrink level and input layout under which ``arch`` builds and runs eagerly."""
     import torch
@@ -105,6 +115,7 @@ def build(arch: Architecture, levels: tuple[frozenset[str], ...] = LEVELS) -> Bu
         except Exception as exc:
             failed("config", exc)
             continue
+        standalone = _as_standalone_decoder(config, arch.head)
         try:
             count = _parameters(model_class, config)
         except Exception:
@@ -138,6 +149,8 @@ def build(arch: Architecture, levels: tuple[frozenset[str], ...] = LEVELS) -> Bu
             if arch.generative:
                 _start_token(model)
             built = Built(arch, model, sample, None, index, name, sum(p.numel() for p in model.parameters()))
+            if standalone:
+                built.notes.append("is_decoder=True (causal LM head of an encoder architecture, as transformers asks)")
             try:
                 torch.manual_seed(2)
                 other = maker(model, *OTHER)
