@@ -8,7 +8,9 @@ with ``pytest_hfexport.reference``: it imports nothing from the implementation i
 
 from __future__ import annotations
 
+import gc
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,16 +65,30 @@ class Exported:
         return self.runners["model"]
 
 
+# Exports kept loaded at once per worker. The checks of one model x backend run one after another (one xdist
+# group, and the items are ordered by group), so a few recent ones serve every check; keeping all of them
+# (models, loaded runtimes) grew a worker of the whole tier past 13 GiB and out of memory.
+KEPT_EXPORTS = 6
+
+
 @pytest.fixture(scope="session")
 def export_cache(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return {"dir": tmp_path_factory.mktemp("conformance")}
+    return {"dir": tmp_path_factory.mktemp("conformance"), "entries": OrderedDict(), "built": 0}
 
 
 def _cached(cache: dict, key: tuple, build: Callable[[], Exported]) -> Exported:
-    """Build once per session; a failure is kept too, so every check of that artifact fails the same way, fast."""
-    if key not in cache:
-        cache[key] = build()
-    result = cache[key]
+    """Build once while recent; a failure is kept too, so every check of that artifact fails the same way, fast.
+    The least recently used exports beyond KEPT_EXPORTS are let go (the artifact cache makes a rebuild cheap)."""
+    entries: OrderedDict[tuple, Exported] = cache["entries"]
+    if key in entries:
+        entries.move_to_end(key)
+    else:
+        cache["built"] += 1
+        entries[key] = build()
+        while len(entries) > KEPT_EXPORTS:
+            entries.popitem(last=False)
+        gc.collect()  # models and runtimes hold reference cycles: free them now, not at some later collection
+    result = entries[key]
     if result.error is not None:
         raise result.error
     return result
@@ -128,7 +144,7 @@ def exported(
     def get(entry: ZooEntry, generation: bool = False, **options: Any) -> Exported:
         described = sorted((k, v.to_dict() if hasattr(v, "to_dict") else v) for k, v in options.items())
         key = (adapter.name, hfexport_backend, entry.name, generation, repr(described))
-        directory = export_cache["dir"] / f"{len(export_cache)}-{hfexport_backend}-{entry.name}"
+        directory = export_cache["dir"] / f"{export_cache['built']}-{hfexport_backend}-{entry.name}"
         return _cached(export_cache, key, lambda: build(entry, directory, generation, options))
 
     return get
@@ -201,6 +217,7 @@ def _use_known_failures(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before the plugin applies known failures and pytest's -m selection reads marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _use_known_failures(config)
+    groups: dict[int, str] = {}
     for item in items:
         marker = item.get_closest_marker("hfexport_case")
         backend = getattr(item, "callspec", None) and item.callspec.params.get("hfexport_backend")
@@ -209,6 +226,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         model, check = marker.args[:2]
         # One worker per model x backend (with --dist loadgroup): its checks share one export.
         item.add_marker(pytest.mark.xdist_group(f"{backend}-{model}"))
+        groups[id(item)] = f"{backend}-{model}"
         kept = DEFAULT_TIER.get((check, backend))
         if kept is not None and model not in kept:
             item.add_marker(pytest.mark.hfexport_slow)
+    # Each group's checks one after another (also without xdist), so the few exports kept loaded serve them all.
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if id(item) in groups:
+            first.setdefault(groups[id(item)], index)
+    position = {id(item): (first.get(groups.get(id(item), ""), index), index) for index, item in enumerate(items)}
+    items.sort(key=lambda item: position[id(item)])
