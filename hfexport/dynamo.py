@@ -86,7 +86,18 @@ def split_inputs(sample_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict
             constants[name] = value
     if not graph:
         raise ValueError("sample_inputs holds no tensor: pass at least the model's main input (e.g. input_ids)")
-    return graph, constants
+    return _in_guide_order(graph), constants
+
+
+# The positional layout a caller of a backend without input names (an ExecuTorch method) is written against:
+# token ids, mask, positions, then the cache; every other input keeps its place after them.
+GUIDE_INPUT_ORDER = ("input_ids", "decoder_input_ids", "attention_mask", "position_ids", "past_key_values")
+
+
+def _in_guide_order(graph: dict[str, Any]) -> dict[str, Any]:
+    """``graph`` with the guide's inputs first, in the guide's order (a generate() call passes them in another)."""
+    first = [name for name in GUIDE_INPUT_ORDER if name in graph]
+    return {**{name: graph[name] for name in first}, **graph}
 
 
 @contextlib.contextmanager
