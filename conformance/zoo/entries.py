@@ -246,6 +246,8 @@ TINY_ENCODER_DECODER = dict(
     decoder_ffn_dim=64,
     vocab_size=128,
 )
+# The special token ids of the entries whose configs name them (whisper, the vision encoder-decoder's decoder).
+SPECIAL_TOKENS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
 # BART-style encoder-decoders: learned positions, cross-attention caches in both layer layouts.
 TINY_BART = dict(TINY_ENCODER_DECODER, max_position_embeddings=128)
 
@@ -270,9 +272,7 @@ def _whisper() -> Any:
             max_source_positions=16,
             max_target_positions=64,
             decoder_start_token_id=1,
-            pad_token_id=0,
-            eos_token_id=2,
-            bos_token_id=1,
+            **SPECIAL_TOKENS,
             suppress_tokens=None,
             begin_suppress_tokens=None,
             init_std=0.5,
@@ -295,10 +295,8 @@ def _vision_encoder_decoder() -> Any:
         n_positions=64,
         add_cross_attention=True,
         is_decoder=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
         initializer_range=0.5,
+        **SPECIAL_TOKENS,
     )
     config = tf.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
     config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 1, 0, 2
