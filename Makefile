@@ -6,14 +6,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hfexport-installed
 PINS   := $(wildcard hfexport/pins/*.txt)
 TORCH_PIN := $(shell grep -E '^torch==' hfexport/pins/core.txt)
+# pip at error level: a machine's pip configuration may name package indexes that do not exist there, and
+# pip warns about each one on every install; a failed install still prints its error and stops make.
+PIP_QUIET := --quiet --quiet
 
 .PHONY: run run-all matrix coverage lint test test-all conformance-peer env clean-venv
 
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, from its pin (the CPU wheel on disk), so no other package can pull another torch.
-	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/python -m pip install --quiet -e ".[all,test]" "$(TORCH_PIN)"
+	$(BIN)/python -m pip install $(PIP_QUIET) "$(TORCH_PIN)"
+	$(BIN)/python -m pip install $(PIP_QUIET) -e ".[all,test]" "$(TORCH_PIN)"
 	$(BIN)/python -c "import torch, sys; v = torch.__version__.split('+')[0]; want = '$(TORCH_PIN)'.split('==')[1]; sys.exit(0 if v == want else f'torch {v} installed, pinned {want}')"
 	touch $(STAMP)
 
