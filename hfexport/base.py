@@ -28,8 +28,8 @@ class HfExporter(abc.ABC):
 
     export_format: ClassVar[ExportFormat | str]
     config_class: ClassVar[type[ExportConfigMixin]]
-    # export_for_generation widens a batch-1 sample to batch 2 before a dynamic export of the components
-    # where the backend needs it (see generation._widen_for_export).
+    # export_for_generation widens a batch-1 sample to batch 2 and traces decode from a two-token step
+    # before a dynamic export of the components where the backend re-traces (generation._samples_for_retrace).
     widen_batch1_components: ClassVar[bool] = False
     required_packages: ClassVar[list[str]] = ["torch"]
     min_versions: ClassVar[dict[str, str]] = {}

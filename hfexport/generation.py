@@ -240,21 +240,33 @@ def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
     }
 
 
-def _widen_for_export(config: Any, generation_config: Any, inputs: Mapping[str, Any]) -> bool:
-    """Widen a batch-1 sample before a dynamic export of the components.
-
-    A decode step has query length 1; with batch 1 too, every ``batch * query`` product the graph
-    flattens (linear layers, ``view(*shape, -1, head_dim)``) is 1, and ExecuTorch's lowering
-    (its re-trace) specialises it: the graph then serves only batch 1 x 1 token, or fails to plan
-    ('_ViewSpec is incompatible with its base'). Dynamo and ONNX keep the size-oblivious trace of
-    the batch-1 sample (a batch-2 sample there can add a 'batch != 1' guard).
-    A static cache is sized for the sample's batch, and the decode loops run batch 1: left alone.
-    """
+def _dynamic_cache_export(config: Any, generation_config: Any) -> bool:
+    """A dynamic export of components that run with a dynamic cache (not a static one)."""
     configs = list(config.values()) if isinstance(config, Mapping) and "export_format" not in config else [config]
     dynamic = any(getattr(c, "dynamic", False) or (isinstance(c, Mapping) and c.get("dynamic")) for c in configs)
-    static_cache = getattr(generation_config, "cache_implementation", None) == "static"
-    ids = next((v for k in TOKEN_KEYS if isinstance(v := inputs.get(k), torch.Tensor)), None)
-    return dynamic and not static_cache and ids is not None and ids.shape[0] == 1
+    return dynamic and getattr(generation_config, "cache_implementation", None) != "static"
+
+
+def _samples_for_retrace(exporter: Any, config: Any, generation_config: Any, sample: dict[str, Any]) -> bool:
+    """Widen ``sample`` in place for exporters whose lowering re-traces the graph; True: decode from two tokens.
+
+    A decode step has query length 1; with batch 1 too, every ``batch * query`` product the graph
+    flattens (linear layers, ``view(*shape, -1, head_dim)``) is 1, and ExecuTorch's lowering (its
+    re-trace) specialises it: the graph then serves only batch 1 x 1 token, or fails to plan
+    ('_ViewSpec is incompatible with its base'). So a batch-1 sample is widened to batch 2. With
+    one query token the re-trace still broadcasts the query axis away in places (rotary tables of
+    shape [batch, 1, dim], then a view whose head axis reads '2 // query', which fails to run), so
+    the decode component is traced from a two-token step; the graph still serves one token.
+    Dynamo and ONNX keep the size-oblivious trace of the given sample (a batch-2 sample there can
+    add a 'batch != 1' guard). A static cache is sized for the sample's batch: left alone.
+    """
+    if not getattr(exporter, "widen_batch1_components", False) or not _dynamic_cache_export(config, generation_config):
+        return False
+    ids = next((v for k in TOKEN_KEYS if isinstance(v := sample.get(k), torch.Tensor)), None)
+    if ids is not None and ids.shape[0] == 1:
+        sample.update(widen_batch(sample))
+        logger.info("export_for_generation: batch-1 sample widened to batch 2 for the lowering's re-trace")
+    return True
 
 
 def export_components(
@@ -272,9 +284,8 @@ def export_components(
     else:
         exporter.resolve_config(config)
     sample = dict(inputs)
-    if getattr(exporter, "widen_batch1_components", False) and _widen_for_export(config, generation_config, sample):
-        sample = widen_batch(sample)
-        logger.info("export_for_generation: batch-1 sample widened to batch 2 so no component pins batch x query to 1")
+    if _samples_for_retrace(exporter, config, generation_config, sample):
+        multi_token_decode = True
     components = decompose_for_generation(model, sample, generation_config, multi_token_decode)
     configs = _configs_by_component(exporter, list(components), config)
     programs: dict[str, Any] = {}
