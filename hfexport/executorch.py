@@ -48,7 +48,7 @@ from typing import Any, ClassVar, cast
 import torch
 import torch.utils._pytree as pytree
 
-from . import caches, dim_bounds
+from . import caches, dim_bounds, shapes
 from .configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
 from .dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
 from .dynamo import DynamoExporter, split_inputs
@@ -182,6 +182,13 @@ class ExecutorchExporter(DynamoExporter):
             "ExecuTorch export of %s (%s) took %.1fs", type(model).__name__, config.backend, time.perf_counter() - start
         )
         return manager
+
+    def dynamic_shapes_for(self, graph_inputs: dict[str, Any], config: Any) -> Any:
+        """As Dynamo's, with the token inputs' batch axes tied to one symbol (see shapes.tie_batch_axes)."""
+        spec = super().dynamic_shapes_for(graph_inputs, config)
+        if config.dynamic_shapes is None and isinstance(spec, dict):
+            return shapes.tie_batch_axes(spec, graph_inputs)
+        return spec
 
     # -- bounds -----------------------------------------------------------------------------------
     def bound_dynamic_dims(

@@ -115,3 +115,38 @@ def symbolic_size_one(enabled: bool = True) -> Iterator[None]:
         return
     with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
         yield
+
+
+# Top-level token inputs whose batch axis is one and the same batch: the graph cannot prove it
+# (gpt2 reshapes the mask with ``attention_mask.view(input_ids_batch, -1)``), and a separate symbol per
+# input leaves a ``(mask_batch * mask_len) // batch`` axis whose size ExecuTorch's memory planner can
+# only bound by the sample (a padded batch then fails to run once the mask outgrows it).
+TIED_BATCH_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "token_type_ids",
+    "inputs_embeds",
+    "decoder_input_ids",
+    "decoder_attention_mask",
+    "decoder_position_ids",
+    "decoder_inputs_embeds",
+)
+
+
+def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` (from ``auto_dynamic_shapes``) with one named ``batch`` Dim on the batch axis of every
+    ``TIED_BATCH_INPUTS`` tensor whose sample batch equals ``input_ids``' (or the first such input's)."""
+    tensors = {n: inputs[n] for n in TIED_BATCH_INPUTS if isinstance(inputs.get(n), torch.Tensor)}
+    axes = {n: BATCH_AXES.get(n, {}).get(t.dim(), 0) for n, t in tensors.items() if t.dim() >= 2}
+    axes = {n: a for n, a in axes.items() if a is not None and isinstance(spec.get(n), dict) and a in spec[n]}
+    if len(axes) < 2:
+        return spec
+    first = next(iter(axes))
+    size = tensors[first].shape[axes[first]]
+    batch = Dim("batch")
+    out = dict(spec)
+    for name, axis in axes.items():
+        if tensors[name].shape[axis] == size:
+            out[name] = {**spec[name], axis: batch}
+    return out

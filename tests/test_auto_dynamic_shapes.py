@@ -24,3 +24,28 @@ def test_two_dimensional_position_ids_keep_batch_on_axis_zero():
         0: Dim.AUTO,
         1: Dim.AUTO,
     }
+
+
+def test_token_inputs_of_one_batch_share_one_batch_symbol():
+    from hfexport.shapes import tie_batch_axes
+
+    inputs = {
+        "input_ids": torch.zeros(2, 3, dtype=torch.long),
+        "attention_mask": torch.ones(2, 7, dtype=torch.long),
+        "position_ids": torch.zeros(3, 2, 3, dtype=torch.long),  # M-RoPE: batch on axis 1
+        "token_type_ids": torch.zeros(1, 3, dtype=torch.long),  # another batch: left alone
+        "pixel_values": torch.zeros(2, 3, 4, 4),  # not a token input: left alone
+    }
+    spec = tie_batch_axes(auto_dynamic_shapes(inputs), inputs)
+    batch = spec["input_ids"][0]
+    assert batch is not Dim.AUTO and spec["attention_mask"][0] is batch and spec["position_ids"][1] is batch
+    assert spec["position_ids"][0] is Dim.AUTO and spec["input_ids"][1] is Dim.AUTO
+    assert spec["token_type_ids"][0] is Dim.AUTO and spec["pixel_values"][0] is Dim.AUTO
+
+
+def test_a_lone_token_input_keeps_its_auto_batch():
+    from hfexport.shapes import tie_batch_axes
+
+    inputs = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "pixel_values": torch.zeros(2, 3, 4, 4)}
+    spec = auto_dynamic_shapes(inputs)
+    assert tie_batch_axes(spec, inputs) == spec

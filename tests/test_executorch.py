@@ -226,6 +226,33 @@ def test_explicit_dim_is_honoured():
         run(_tiny_sample(4, 3))
 
 
+class MaskByBatch(torch.nn.Module):
+    """gpt2's ``attention_mask.view(batch, -1)``: the mask's length axis is a product over the batch."""
+
+    def forward(self, input_ids, attention_mask):
+        mask = attention_mask.view(input_ids.shape[0], -1)
+        return input_ids.float().sum(-1, keepdim=True) + mask.float().cumsum(-1)
+
+
+def test_a_padding_mask_longer_than_the_sample_runs(monkeypatch):
+    """One batch symbol for ids and mask: with one each, the view's axis is (mask batch * length) // batch,
+    which the memory planner bounds by the sample, and a batch-2 mask of 33 failed to run (error 0x1)."""
+    from hfexport import shapes
+
+    def export_and_run():
+        def tokens(mask_len):
+            return {"input_ids": torch.ones(2, 1, dtype=torch.long), "attention_mask": torch.ones(2, mask_len).long()}
+
+        program = ExecutorchExporter(max_length=64).export(MaskByBatch(), tokens(8), ExecutorchConfig(dynamic=True))
+        inputs = tokens(33)
+        return compare(_ref(MaskByBatch(), inputs), ExecutorchRunner(program)(inputs), "executorch", tolerance=1e-5)
+
+    assert export_and_run().ok
+    monkeypatch.setattr(shapes, "tie_batch_axes", lambda spec, inputs: spec)  # the fault: one symbol per input
+    with pytest.raises(HfExportError, match="0x1"):
+        export_and_run()
+
+
 @pytest.mark.parametrize("flag", ["alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"])
 def test_alloc_flags_reach_memory_planning(flag):
     model = Counter().eval()
