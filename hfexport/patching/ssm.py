@@ -71,6 +71,9 @@ def _shifted_multiply_add_conv(original):
         kernel = weight.shape[-1]
         full = full.to(weight.dtype).transpose(1, 2).contiguous()  # [b, tokens, d]
         start = full.shape[1] - seq_len - (kernel - 1)
+        # The window starts inside ``full`` (it holds kernel - 1 tokens of context); said so, the slices
+        # need no sign test (torch.sym_ite), which ExecuTorch's edge verifier refuses.
+        torch._check(start >= 0)
         out = full.narrow(1, start, seq_len) * weight[:, 0]
         for j in range(1, kernel):
             out = out + full.narrow(1, start + j, seq_len) * weight[:, j]
