@@ -128,3 +128,27 @@ def test_executorch_mixer_has_nothing_xnnpack_refuses(kind):
     assert not _xnnpack_blockers(program)
     inputs = {"input_ids": torch.randint(3, 32, (2, 3))}
     assert_matches(eager(model, inputs), program.module()(**inputs), "dynamo", tolerance=TOL)
+
+
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_executorch_decode_graph_has_no_sym_ite(kind):
+    """ExecuTorch's edge verifier refuses torch.sym_ite (an AssertionError while lowering the decode graph);
+    slicing the conv window at a start of unknown sign put one in per layer."""
+    model = _tiny(kind)
+    sample = {
+        "input_ids": torch.randint(3, 32, (2, 2)),
+        "cache_params": _prefill_cache(model, torch.randint(3, 32, (2, 5))),
+        "use_cache": True,
+    }
+    pytest.importorskip("executorch")
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from hfexport import ExecutorchConfig, ExecutorchExporter
+    from hfexport.patching import executorch_fixes
+
+    exporter, config = ExecutorchExporter(), ExecutorchConfig(dynamic=True)
+    program = exporter.trace(model, sample, config)
+    with executorch_fixes.lowering_patches(), exporter.tracing_mode(config):
+        edge = to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    targets = {str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"}
+    assert not any("sym_ite" in t for t in targets), sorted(targets)
