@@ -27,6 +27,12 @@ DEFAULT_MAX_LENGTH = 2048
 # does not fit in memory at load. Their default sequence bound per call is this; longer prompts
 # are fed in blocks through the multi-token decode graph, or pass max_length= explicitly.
 DEFAULT_SSM_MAX_LENGTH = 64
+# Attention models whose config names no position limit (t5's relative positions): at 2048 tokens t5's
+# attention scores alone planned 4.6 GB, which every load of the program allocates. T5 was trained at 512.
+DEFAULT_UNLIMITED_MAX_LENGTH = 512
+# Config attributes that limit the token positions, first found wins (whisper names its decoder's
+# limit max_target_positions; gpt2's n_positions is mapped to max_position_embeddings).
+POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_target_positions")
 
 
 def bound_dynamic_dims(
@@ -38,19 +44,14 @@ def bound_dynamic_dims(
 ) -> dict[str, list[int]]:
     """Give every unbounded symbol an upper bound, in place; returns {symbol: [min, max]} of all symbols.
 
-    Batch axes get ``max_batch``; other axes ``max_length``, lowered to the model's
-    ``max_position_embeddings`` where it is smaller, or to ``DEFAULT_SSM_MAX_LENGTH`` for a state-space
-    model left at the default length; a static cache's slots keep the sample's size."""
+    Batch axes get ``max_batch``; other axes ``max_length``, lowered to the model's position limit
+    (``POSITION_LIMITS``) where it is smaller; a model with no position limit left at the default length gets
+    ``DEFAULT_SSM_MAX_LENGTH`` (state-space) or ``DEFAULT_UNLIMITED_MAX_LENGTH``; a static cache's slots keep
+    the sample's size."""
     from torch.utils._sympy.numbers import int_oo
     from torch.utils._sympy.value_ranges import ValueRanges
 
-    requested = max_length
-    text_config = getattr(getattr(model, "config", None), "get_text_config", lambda: None)()
-    positions = getattr(text_config, "max_position_embeddings", None)
-    if isinstance(positions, int) and 2 <= positions < max_length:
-        max_length = positions
-    if positions is None and getattr(text_config, "state_size", None) and requested == DEFAULT_MAX_LENGTH:
-        max_length = DEFAULT_SSM_MAX_LENGTH
+    max_length = sequence_bound(model, max_length)
     batch_symbols = batch_symbols_of(program)
     patch_symbols = batch_symbols_of(program, patches=True) - batch_symbols
     cache_symbols = static_cache_symbols(program, graph_inputs) - batch_symbols
@@ -93,6 +94,20 @@ def bound_dynamic_dims(
             ", ".join(capped),
         )
     return bounds
+
+
+def sequence_bound(model: Any, max_length: int) -> int:
+    """The upper bound of a non-batch axis of ``model``'s inputs, given the exporter's ``max_length``."""
+    config = getattr(model, "config", None)
+    text_config = getattr(config, "get_text_config", lambda: None)()
+    limits = [getattr(text_config, name, None) for name in POSITION_LIMITS]
+    positions = next((n for n in limits if isinstance(n, int) and n >= 2), None)
+    if positions is not None:
+        return min(positions, max_length)
+    if config is not None and max_length == DEFAULT_MAX_LENGTH:
+        ssm = getattr(text_config, "state_size", None)
+        return DEFAULT_SSM_MAX_LENGTH if ssm else DEFAULT_UNLIMITED_MAX_LENGTH
+    return max_length
 
 
 def dynamic_axes(program: torch.export.ExportedProgram, input_names: list[str]) -> dict[str, list[int]]:
@@ -188,3 +203,21 @@ def sample_size(program: torch.export.ExportedProgram, sym: Any) -> int:
                     hint = d.node.hint
                     return int(hint) if hint is not None else 0
     return 0
+
+
+# Above this, a program's memory plan (allocated in full by every load) gets a warning.
+PLANNED_MEMORY_WARNING_BYTES = 1 << 30
+
+
+def report_planned_memory(manager: Any) -> None:
+    """Log the bytes every load of the program allocates for its activations; warn when they are many."""
+    try:
+        planned = sum(sum(plan.non_const_buffer_sizes) for plan in manager.executorch_program.execution_plan)
+    except AttributeError:  # pragma: no cover - introspection only
+        return
+    log = logger.warning if planned > PLANNED_MEMORY_WARNING_BYTES else logger.info
+    log(
+        "ExecuTorch plans %.1f MiB of activations for the largest accepted shapes (allocated on every load); "
+        "smaller ExecutorchExporter(max_batch=, max_length=) or explicit Dim(max=) bounds shrink it",
+        planned / 2**20,
+    )

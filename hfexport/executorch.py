@@ -255,6 +255,7 @@ class ExecutorchExporter(DynamoExporter):
         logger.info(
             "ExecuTorch lowering took %.1fs, to_executorch %.1fs", lowered - start, time.perf_counter() - lowered
         )
+        dim_bounds.report_planned_memory(manager)
         return manager
 
     @staticmethod

@@ -462,3 +462,27 @@ def test_static_cache_axes_are_bounded_at_the_cache_length():
     assert keys[0] == 8 and keys[1:] == list(kwargs["past_key_values"].layers[0].keys.shape[1:])
     assert keys[2] == MAX_CACHE_LEN
     assert uppers["input_ids"] == [8, 100]  # other axes keep max_length
+
+
+@pytest.mark.parametrize(
+    ("config", "max_length", "bound"),
+    [
+        ("T5Config", 2048, 512),  # no position limit: 2048 planned 4.6 GB of attention scores for tiny t5
+        ("T5Config", 4096, 4096),  # an explicit max_length is the caller's choice
+        ("WhisperConfig", 2048, 448),  # the decoder's max_target_positions
+        ("BartConfig", 2048, 1024),  # max_position_embeddings
+        ("MambaConfig", 2048, 64),  # state-space: the closed-form scan's plan is quadratic in length
+    ],
+)
+def test_sequence_bound_follows_the_models_position_limit(config, max_length, bound):
+    import transformers
+
+    from hfexport.dim_bounds import sequence_bound
+
+    class Model:
+        pass
+
+    model = Model()
+    model.config = getattr(transformers, config)()
+    assert sequence_bound(model, max_length) == bound
+    assert sequence_bound(object(), 2048) == 2048  # not a transformers model: the exporter's bound
