@@ -34,7 +34,7 @@ from .patching import apply_patches
 
 logger = logging.getLogger(__name__)
 
-# A projector becomes its own component only under one of these names (the guide's fixed list).
+# A projector becomes its own component only under one of these names (a fixed list, docs/api.md).
 MULTIMODAL_PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
 ENCODER_MODALITIES = ("image", "audio")
 # Arguments that only shape the Python return value or are re-derived inside the graph.

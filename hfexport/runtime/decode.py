@@ -1,6 +1,6 @@
 """Greedy decode loops over an exported static-cache ``decode`` graph: one loop shape for every backend.
 
-The loop is the guide's: start from an empty fixed-length cache, feed the whole
+The loop is "the guide's loop" of docs/api.md: start from an empty fixed-length cache, feed the whole
 prompt in one call (empty cache -> prefill), then one token per call. Every call
 passes ``input_ids``, a causal ``attention_mask`` over the cache slots
 ([B, 1, q, max_cache_len], bool) and ``position_ids``; where a token lands in the
