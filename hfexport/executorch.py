@@ -62,8 +62,8 @@ logger = logging.getLogger(__name__)
 
 # Upper bounds for dynamic axes that have none (see module doc). Override per exporter:
 # ExecutorchExporter(max_batch=..., max_length=...). The sequence bound is further limited by
-# the model's max_position_embeddings where it has one (longer inputs cannot run anyway).
-# (DEFAULT_MAX_LENGTH and the state-space models' DEFAULT_SSM_MAX_LENGTH live in dim_bounds.)
+# the model's position limit where it has one (longer inputs cannot run anyway), and lowered for
+# models with none (dim_bounds.sequence_bound, where DEFAULT_MAX_LENGTH and the others live).
 DEFAULT_MAX_BATCH = 8
 # Suffix of the JSON side file that carries the input/output names of a saved program.
 SIDE_SUFFIX = ".json"
