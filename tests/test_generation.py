@@ -218,3 +218,19 @@ def test_served_cache_carries_the_sliding_layers_token_count():
     carry_token_counters({"input_ids": torch.zeros(2, 5, dtype=torch.long), "past_key_values": None},
                          NS(past_key_values=prefill))
     assert prefill.layers[0].cumulative_length == 5
+
+
+def test_widened_sample_keeps_flattened_patches_with_their_grid_rows():
+    """qwen2-vl's pixel_values are the patches of every image, [patches, features], with no batch axis:
+    widening repeats them whole, as it repeats the grid rows (16 patches for 2 grid rows failed generate())."""
+    from hfexport.generation import widen_batch
+
+    inputs = {
+        "input_ids": torch.ones(1, 10, dtype=torch.long),
+        "pixel_values": torch.randn(16, 96),
+        "image_grid_thw": torch.tensor([[1, 4, 4]]),
+    }
+    wide = widen_batch(inputs)
+    assert wide["input_ids"].shape == (2, 10) and wide["image_grid_thw"].shape == (2, 3)
+    assert wide["pixel_values"].shape == (32, 96)
+    assert torch.equal(wide["pixel_values"][16:], inputs["pixel_values"])
