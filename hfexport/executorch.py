@@ -186,7 +186,9 @@ class ExecutorchExporter(DynamoExporter):
     def dynamic_shapes_for(self, graph_inputs: dict[str, Any], config: Any) -> Any:
         """As Dynamo's, with the token inputs' batch axes tied to one symbol (see shapes.tie_batch_axes)."""
         spec = super().dynamic_shapes_for(graph_inputs, config)
-        if config.dynamic_shapes is None and isinstance(spec, dict):
+        # Not with a program-owned cache: its buffers fix the batch, and a named batch Dim then fails
+        # ('Constraints violated (batch)') where Dim.AUTO lets the batch be static.
+        if config.dynamic_shapes is None and isinstance(spec, dict) and not self.cache_as_buffers:
             return shapes.tie_batch_axes(spec, graph_inputs)
         return spec
 
