@@ -62,6 +62,7 @@ def test_decode_loop_rewrites_every_layer_and_matches_the_plain_module(tmp_path)
 
     from hfexport import AutoExportConfig, AutoHfExporter
     from hfexport.runtime.decode import DynamoDecodeLoop
+    from hfexport.runtime.dynamo import FlatGraph
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -80,6 +81,7 @@ def test_decode_loop_rewrites_every_layer_and_matches_the_plain_module(tmp_path)
                     aten.index_copy.default, aten.index_put.default)]
     plain = DynamoDecodeLoop(programs["decode"])
     plain.module = programs["decode"].module()  # the functional module: copy of the cache and copy back
+    plain.flat_graph = FlatGraph(plain.module)
     assert loop.generate(prompt, 12).tokens == plain.generate(prompt, 12).tokens
     for name, tensor in loop.cache_tensors().items():
         torch.testing.assert_close(tensor, plain.cache_tensors()[name], rtol=0, atol=0)

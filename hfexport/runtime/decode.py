@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.fx._pytree as fx_pytree
 
 from .. import caches
 from ..decode_calls import cache_slot_mask
+from .dynamo import FlatGraph
 from .reinplace import reinplace_input_updates
 
 
@@ -133,7 +135,12 @@ def resize_static_cache(cache: Any, max_cache_len: int) -> Any:
 
 
 class DynamoDecodeLoop(DecodeLoop):
-    """torch.export: the StaticCache passed in is updated in place (USER_INPUT_MUTATION), one cache for all steps."""
+    """torch.export: the StaticCache passed in is updated in place (USER_INPUT_MUTATION), one cache for all steps.
+
+    The first call with a new input signature (shapes and dtypes of ids, mask and positions) goes through the
+    program's module, which checks the inputs against the program's ranges and guards; the later calls with
+    that signature run its graph on flat tensors (``FlatGraph``), which skips checks that could only repeat
+    the first verdict."""
 
     backend = "dynamo"
 
@@ -144,6 +151,7 @@ class DynamoDecodeLoop(DecodeLoop):
         self.module = program.module()
         # The cache is updated in place by the graph itself (no copy of the cache and copy back per step).
         reinplace_input_updates(self.module)
+        self.flat_graph = FlatGraph(self.module)
         _, template = program.example_inputs
         self.cache_name = _cache_kwarg(template)
         cache = copy.deepcopy(template[self.cache_name])
@@ -154,9 +162,16 @@ class DynamoDecodeLoop(DecodeLoop):
         self.mask_dtype = mask.dtype if isinstance(mask, torch.Tensor) else torch.bool
         self._takes_mask = isinstance(mask, torch.Tensor)
         self._writes: dict[str, int] = {}
+        self._checked: set[tuple[Any, ...]] = set()
+        kwargs_spec = self.module._in_spec.children()[1]
+        self._input_order: list[str] = list(kwargs_spec.context)
+        self._cache_spec = kwargs_spec.children()[self._input_order.index(self.cache_name)]
+        self._cache_leaves: list[torch.Tensor] | None = None
+        self._cache_names = list(caches.named_cache_tensors(self.cache, self.cache_name))
 
     def reset(self) -> None:
         self.cache.reset()
+        self._cache_leaves = None
 
     def cache_storage(self) -> list[torch.Tensor]:
         return caches.cache_tensors(self.cache)
@@ -171,13 +186,37 @@ class DynamoDecodeLoop(DecodeLoop):
         kwargs = {"input_ids": input_ids, "position_ids": position_ids, self.cache_name: self.cache}
         if self._takes_mask:
             kwargs["attention_mask"] = attention_mask
+        signature = tuple((tuple(t.shape), t.dtype) for t in (input_ids, attention_mask, position_ids))
         with torch.no_grad():
-            out = self.module(**kwargs)
-        # torch.export's module writes each USER_INPUT_MUTATION into the tensor that was passed in.
+            if signature not in self._checked:
+                out = self.module(**kwargs)
+                self._checked.add(signature)
+                # torch.export's module writes each USER_INPUT_MUTATION into the tensor that was passed in.
+                self._writes = {
+                    n: t.data_ptr()
+                    for n, t in caches.named_cache_tensors(kwargs[self.cache_name], self.cache_name).items()
+                }
+                return out.logits
+            out, written = self.flat_graph(self._flat_inputs(kwargs))
+        cache_start = self._cache_offset()
         self._writes = {
-            n: t.data_ptr() for n, t in caches.named_cache_tensors(kwargs[self.cache_name], self.cache_name).items()
+            self._cache_names[index - cache_start]: tensor.data_ptr()
+            for index, tensor in written.items()
+            if 0 <= index - cache_start < len(self._cache_names)
         }
         return out.logits
+
+    def _cache_offset(self) -> int:
+        """Index of the cache's first tensor among the graph's flat inputs (inputs before it are single tensors)."""
+        return self._input_order.index(self.cache_name)
+
+    def _flat_inputs(self, kwargs: dict[str, Any]) -> list[torch.Tensor]:
+        if self._cache_leaves is None:
+            self._cache_leaves = fx_pytree.tree_flatten_spec(self.cache, self._cache_spec)
+        flat: list[torch.Tensor] = []
+        for name in self._input_order:
+            flat.extend(self._cache_leaves if name == self.cache_name else [kwargs[name]])
+        return flat
 
 
 DECODE_LOOPS: dict[str, str] = {

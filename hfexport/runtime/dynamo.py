@@ -57,3 +57,60 @@ class DynamoRunner(Runner):
         with torch.no_grad():
             out = self.module(**self.structured(flat_inputs))
         return flatten_named(out)
+
+
+# Nodes whose only job is to check what the caller passed (input shapes, the dtype and device of tensors made
+# from the inputs): their verdict depends on the inputs' shapes and dtypes alone.
+_INPUT_CHECK_MODULES = ("_guards_fn",)
+_INPUT_CHECK_OPS = (torch.ops.aten._assert_tensor_metadata.default,)
+
+
+class FlatGraph:
+    """An unlifted ``ExportedProgram.module()`` called with flat tensors, for a loop that calls it many times
+    with inputs of one signature.
+
+    Each call of the module itself flattens the structured inputs (the cache object included), runs the input
+    range checks and the shape guards, then runs a ``_assert_tensor_metadata`` per dtype conversion: on a small
+    decode step that is a large share of the step. All of it depends only on the shapes and dtypes of the
+    inputs, so ``DecodeLoop`` runs the module once per new signature and this graph for the later calls.
+
+    The graph also returns, per graph input it updates in place, the tensor the update returned: where the
+    runtime wrote, read from the graph's own results."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        graph = torch.fx.Graph()
+        outputs = graph.graph_copy(module.graph, {})
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        written: dict[int, torch.fx.Node] = {}
+        for node in list(graph.nodes):
+            if (node.op == "call_module" and node.target in _INPUT_CHECK_MODULES) or (
+                node.op == "call_function" and node.target in _INPUT_CHECK_OPS
+            ):
+                graph.erase_node(node)
+            elif node.op == "call_function" and _is_in_place(node) and node.args and node.args[0] in placeholders:
+                written[placeholders.index(node.args[0])] = node
+        self.n_outputs = len(outputs) if isinstance(outputs, (list, tuple)) else 1
+        flat_outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        graph.output(tuple(flat_outputs + list(written.values())))
+        graph.lint()
+        self.written_inputs = list(written)
+        if module._out_spec is None:
+            raise ValueError("FlatGraph takes an unlifted ExportedProgram.module() (it has no output spec)")
+        self.out_spec = module._out_spec
+        self.graph_module = torch.fx.GraphModule(module, graph)
+
+    def __call__(self, flat_inputs: list[torch.Tensor]) -> tuple[Any, dict[int, torch.Tensor]]:
+        """(the module's structured outputs, {flat input index: the tensor the graph wrote it to})."""
+        results = self.graph_module(*flat_inputs)
+        outputs = pytree.tree_unflatten(list(results[: self.n_outputs]), self.out_spec)
+        return outputs, dict(zip(self.written_inputs, results[self.n_outputs :]))
+
+
+def _is_in_place(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return bool(
+        schema is not None
+        and schema.arguments
+        and schema.arguments[0].alias_info is not None
+        and schema.arguments[0].alias_info.is_write
+    )

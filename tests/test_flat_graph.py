@@ -1,0 +1,90 @@
+"""The Dynamo decode loop's fast path: the program's graph on flat tensors after one checked call per signature.
+
+What must hold: the fast path gives the tokens, logits and cache of the program's own module; a call whose
+input signature the loop has not seen goes through the module's range checks and guards (a loop that skipped
+them for every call, ``UncheckedLoop`` below, runs a wrong-sized mask without the guard's message); the write
+addresses come from the graph's own results and equal the caller's cache tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from hfexport import AutoExportConfig, AutoHfExporter
+from hfexport.runtime.decode import DynamoDecodeLoop, causal_mask
+
+
+@pytest.fixture(scope="module")
+def decode_program():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                      max_position_embeddings=128, pad_token_id=0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(3, 128, (1, 6))
+    export_config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exporter = AutoHfExporter.from_config(export_config)
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32, pad_token_id=0)
+    programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
+                                              export_config, multi_token_decode=True, generation_config=generation)
+    return programs["decode"], prompt
+
+
+class ModuleOnlyLoop(DynamoDecodeLoop):
+    """Every call through the program's module (the reference for the fast path)."""
+
+    def step(self, input_ids, attention_mask, position_ids):
+        self._checked.clear()
+        return super().step(input_ids, attention_mask, position_ids)
+
+
+class UncheckedLoop(DynamoDecodeLoop):
+    """The fault: every call on the flat graph, no signature ever checked by the module."""
+
+    def step(self, input_ids, attention_mask, position_ids):
+        self._checked.add(tuple((tuple(t.shape), t.dtype) for t in (input_ids, attention_mask, position_ids)))
+        return super().step(input_ids, attention_mask, position_ids)
+
+
+def test_fast_path_gives_the_modules_tokens_logits_and_cache(decode_program):
+    program, prompt = decode_program
+    fast, reference = DynamoDecodeLoop(program), ModuleOnlyLoop(program)
+    assert fast.generate(prompt, 12).tokens == reference.generate(prompt, 12).tokens
+    for name, tensor in fast.cache_tensors().items():
+        torch.testing.assert_close(tensor, reference.cache_tensors()[name], rtol=0, atol=0)
+    # Step by step, the logits too (one more token on both caches).
+    ids, position = torch.tensor([[7]]), torch.tensor([[6 + 12]])
+    mask = causal_mask(position[0], fast.max_cache_len, fast.mask_dtype)
+    torch.testing.assert_close(fast.step(ids, mask, position), reference.step(ids, mask, position), rtol=0, atol=0)
+
+
+def test_fast_path_is_taken_and_reports_the_graphs_own_writes(decode_program):
+    program, prompt = decode_program
+    loop = DynamoDecodeLoop(program)
+    calls = []
+    original = loop.flat_graph.graph_module.forward
+    loop.flat_graph.graph_module.forward = lambda *a: calls.append(1) or original(*a)
+    loop.generate(prompt, 8)
+    assert len(calls) == 6  # the prompt and the first one-token step are checked by the module
+    writes = loop.runtime_writes()
+    assert writes and set(writes) <= set(loop.cache_tensors())
+    assert all(writes[n] == loop.cache_tensors()[n].data_ptr() for n in writes)
+
+
+@pytest.mark.parametrize("loop_class, checked", [(DynamoDecodeLoop, True), (UncheckedLoop, False)])
+def test_a_new_signature_is_checked_by_the_module(decode_program, loop_class, checked):
+    program, prompt = decode_program
+    loop = loop_class(program)
+    loop.generate(prompt, 4)
+    ids, position = torch.tensor([[7]]), torch.tensor([[10]])
+    short_mask = causal_mask(position[0], loop.max_cache_len - 1, loop.mask_dtype)  # one slot short
+    if checked:
+        with pytest.raises(Exception, match="Guard failed"):
+            loop.step(ids, short_mask, position)
+    else:
+        try:
+            loop.step(ids, short_mask, position)
+        except Exception as error:  # whatever the kernels say, it is not the program's guard
+            assert "Guard failed" not in str(error)
