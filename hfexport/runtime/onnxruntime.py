@@ -146,6 +146,12 @@ class OrtRunner(Runner):
         decode loop needs no copy per step. ``inputs`` holds every other input (eager kwargs or flat
         names). Returns the other outputs; the shared ones are updated in ``buffers``.
         """
+        return self.bind_shared(inputs, buffers).run()
+
+    def bind_shared(self, inputs: Mapping[str, Any], buffers: Mapping[str, torch.Tensor]) -> SharedBinding:
+        """The binding ``run_with_shared_buffers`` runs, kept for more runs: every input is bound by its
+        memory, so a caller that writes new values into the same tensors (a decode loop's ids, mask and
+        positions) runs it again without checking and binding anything (see ``SharedBinding.key``)."""
         import onnxruntime as ort
 
         shared = set(self.shared_names)
@@ -161,14 +167,18 @@ class OrtRunner(Runner):
             if t.device.type != "cpu" or not t.is_contiguous():
                 raise RunnerInputError(f"OrtRunner: shared buffer {name!r} must be a contiguous CPU tensor")
         binding = self.session.io_binding()
-        keep = []  # keeps fed arrays alive until the run is over
+        keep = []  # keeps fed arrays alive as long as the binding
+        in_callers_memory = True
         for name, t in checked.items():
-            graph_name = self._graph_input_name(name)
             if name in buffers:
                 continue
-            value = ort.OrtValue.ortvalue_from_numpy(_to_numpy(t))
+            array = _to_numpy(t)
+            in_callers_memory &= (
+                isinstance(inputs.get(name), torch.Tensor) and array.ctypes.data == inputs[name].data_ptr()
+            )
+            value = ort.OrtValue.ortvalue_from_numpy(array)
             keep.append(value)
-            binding.bind_ortvalue_input(graph_name, value)
+            binding.bind_ortvalue_input(self._graph_input_name(name), value)
         # Plain outputs first: get_outputs() returns them in binding order.
         plain = [
             n
@@ -182,20 +192,52 @@ class OrtRunner(Runner):
             keep.append(value)
             binding.bind_ortvalue_input(INPUT_PREFIX + name, value)
             binding.bind_ortvalue_output(OUTPUT_PREFIX + name, value)
+        key = _memory_key(inputs) if in_callers_memory else None
+        return SharedBinding(self, binding, keep, plain, list(buffers), key)
+
+    # The name the decode-loop issue uses for the same operation.
+    bind_cache_in_place = run_with_shared_buffers
+
+
+def _memory_key(inputs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a binding by memory depends on: each input's name, address, shape and dtype."""
+    return tuple(
+        (name, t.data_ptr(), tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else (name, t)
+        for name, t in inputs.items()
+    )
+
+
+class SharedBinding:
+    """One ONNX Runtime IO binding over caller-owned memory (inputs and shared cache buffers).
+
+    ``key`` is the inputs' names, addresses, shapes and dtypes when every input was bound in the caller's own
+    memory, else None: a caller may run the binding again for inputs with the same key (new values written
+    into the same tensors), since the checks made when binding depend on nothing else."""
+
+    def __init__(
+        self, runner: OrtRunner, binding: Any, keep: list[Any], plain: list[str], shared: list[str], key: Any
+    ) -> None:
+        self.runner = runner
+        self.binding = binding
+        self._keep = keep
+        self.plain = plain
+        self.shared = shared
+        self.key = key
+
+    def run(self) -> dict[str, torch.Tensor]:
+        """Run; return the plain outputs by flat name (the shared ones are written into the caller's buffers)."""
         try:
-            self.session.run_with_iobinding(binding)
+            self.runner.session.run_with_iobinding(self.binding)
         except Exception as exc:
             from ..errors import HfExportError
 
             raise HfExportError(
                 f"ONNX Runtime failed to run the model: {type(exc).__name__}: {exc}", stage="run"
             ) from exc
-        results = binding.get_outputs()  # in binding order: the plain outputs, then the shared ones
-        self.last_shared_writes = {name: results[len(plain) + i].data_ptr() for i, name in enumerate(buffers)}
-        return {name: torch.from_numpy(np.asarray(results[i].numpy())) for i, name in enumerate(plain)}
-
-    # The name the decode-loop issue uses for the same operation.
-    bind_cache_in_place = run_with_shared_buffers
+        results = self.binding.get_outputs()  # in binding order: the plain outputs, then the shared ones
+        n = len(self.plain)
+        self.runner.last_shared_writes = {name: results[n + i].data_ptr() for i, name in enumerate(self.shared)}
+        return {name: torch.from_numpy(np.asarray(results[i].numpy())) for i, name in enumerate(self.plain)}
 
 
 class OrtDecodeLoop(DecodeLoop):
@@ -239,6 +281,7 @@ class OrtDecodeLoop(DecodeLoop):
         mask = expected.get("attention_mask")
         self.mask_dtype = mask[1] if mask and mask[1] is not None else torch.bool
         self._takes_mask = mask is not None
+        self._binding: SharedBinding | None = None
 
     def reset(self) -> None:
         for buffer in self.buffers.values():
@@ -257,4 +300,7 @@ class OrtDecodeLoop(DecodeLoop):
         inputs = {"input_ids": input_ids, "position_ids": position_ids}
         if self._takes_mask:
             inputs["attention_mask"] = attention_mask
-        return self.runner.run_with_shared_buffers(inputs, self.buffers)["logits"]
+        # A step over the same tensors as the last one (new values written into them) reuses its binding.
+        if self._binding is None or self._binding.key is None or self._binding.key != _memory_key(inputs):
+            self._binding = self.runner.bind_shared(inputs, self.buffers)
+        return self._binding.run()["logits"]

@@ -1,9 +1,14 @@
-"""The Dynamo decode loop's fast path: the program's graph on flat tensors after one checked call per signature.
+"""The decode loops' fast paths: what a step skips once an earlier step has checked the same inputs.
 
-What must hold: the fast path gives the tokens, logits and cache of the program's own module; a call whose
-input signature the loop has not seen goes through the module's range checks and guards (a loop that skipped
-them for every call, ``UncheckedLoop`` below, runs a wrong-sized mask without the guard's message); the write
-addresses come from the graph's own results and equal the caller's cache tensors.
+Dynamo: the program's graph on flat tensors after one checked call per input signature. What must hold:
+the fast path gives the tokens, logits and cache of the program's own module; a call whose input signature
+the loop has not seen goes through the module's range checks and guards (a loop that skipped them for every
+call, ``UncheckedLoop`` below, runs a wrong-sized mask without the guard's message); the write addresses come
+from the graph's own results and equal the caller's cache tensors.
+
+ONNX Runtime: a step over the same input tensors as the last (new values written into them) runs the last
+step's IO binding again. What must hold: the same tokens and cache as a loop that binds every step; a step over
+other tensors binds anew (``StaleBindingLoop``, which never does, gives other tokens or overruns the cache).
 """
 
 from __future__ import annotations
@@ -13,23 +18,34 @@ import torch
 import transformers
 
 from hfexport import AutoExportConfig, AutoHfExporter
+from hfexport.errors import HfExportError
 from hfexport.runtime.decode import DynamoDecodeLoop, causal_mask
+from hfexport.runtime.onnxruntime import OrtDecodeLoop
 
 
-@pytest.fixture(scope="module")
-def decode_program():
+def _export_decode(export_format: str):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
                                       max_position_embeddings=128, pad_token_id=0)
     model = transformers.LlamaForCausalLM(config).eval()
     prompt = torch.randint(3, 128, (1, 6))
-    export_config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    export_config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": True})
     exporter = AutoHfExporter.from_config(export_config)
     generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32, pad_token_id=0)
     programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
                                               export_config, multi_token_decode=True, generation_config=generation)
     return programs["decode"], prompt
+
+
+@pytest.fixture(scope="module")
+def decode_program():
+    return _export_decode("dynamo")
+
+
+@pytest.fixture(scope="module")
+def onnx_decode_program():
+    return _export_decode("onnx")
 
 
 class ModuleOnlyLoop(DynamoDecodeLoop):
@@ -88,3 +104,39 @@ def test_a_new_signature_is_checked_by_the_module(decode_program, loop_class, ch
             loop.step(ids, short_mask, position)
         except Exception as error:  # whatever the kernels say, it is not the program's guard
             assert "Guard failed" not in str(error)
+
+
+class RebindingLoop(OrtDecodeLoop):
+    """Binds every step (the reference for the kept binding)."""
+
+    def step(self, input_ids, attention_mask, position_ids):
+        self._binding = None
+        return super().step(input_ids, attention_mask, position_ids)
+
+
+class StaleBindingLoop(OrtDecodeLoop):
+    """The fault: the first binding is run for every later step, whatever tensors the step gets."""
+
+    def step(self, input_ids, attention_mask, position_ids):
+        if self._binding is not None:
+            return self._binding.run()["logits"]
+        return super().step(input_ids, attention_mask, position_ids)
+
+
+def test_ort_loop_keeps_its_binding_and_gives_the_rebinding_loops_tokens(onnx_decode_program):
+    program, prompt = onnx_decode_program
+    loop, reference = OrtDecodeLoop(program, max_cache_len=32), RebindingLoop(program, max_cache_len=32)
+    bindings = []
+    original = loop.runner.bind_shared
+    loop.runner.bind_shared = lambda *a: bindings.append(1) or original(*a)
+    tokens = loop.generate(prompt, 12).tokens
+    assert tokens == reference.generate(prompt, 12).tokens
+    assert len(bindings) == 2  # the prompt's tensors, then the step tensors the loop refills
+    for name, tensor in loop.cache_tensors().items():
+        torch.testing.assert_close(tensor, reference.cache_tensors()[name], rtol=0, atol=0)
+    assert loop.runtime_writes() == {n: t.data_ptr() for n, t in loop.cache_tensors().items()}
+    try:  # the prompt's binding run again: 6 more slots per step, past the cache's end after a few steps
+        stale = StaleBindingLoop(program, max_cache_len=32).generate(prompt, 12).tokens
+    except HfExportError as error:
+        stale = str(error)
+    assert stale != tokens
