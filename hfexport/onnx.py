@@ -45,6 +45,32 @@ OUTPUT_PREFIX = "output."
 _EXTERNAL_DATA_ATTR = "_hfexport_external_data"
 
 
+def _bypass_output_identities(graph: Any) -> int:
+    """A graph output that is ``Identity(x)`` of an intermediate ``x`` becomes ``x`` itself (the Identity goes).
+
+    torch.onnx wraps outputs in Identity nodes (the updated cache a decoder also returns); ONNX Runtime runs
+    each as a copy, so a static cache's output was written twice per step: once by its update and once by the
+    Identity, and the update could not land in the bound buffer in place. Where ``x`` is a graph input, an
+    initializer or another output, the Identity stays (an output must have its own value). Returns how many
+    went."""
+    outputs = list(graph.outputs)
+    removed = 0
+    for i, value in enumerate(outputs):
+        node = value.producer()
+        if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or len(value.uses()):
+            continue
+        source = node.inputs[0]
+        if source is None or source.producer() is None or source.is_initializer() or source.is_graph_input():
+            continue
+        if any(source is other for other in outputs) or source.is_graph_output():
+            continue
+        outputs[i] = source
+        graph.outputs[i] = source
+        graph.remove(node, safe=True)
+        removed += 1
+    return removed
+
+
 def newest_opset() -> int:
     """The newest opset this environment can export to.
 
@@ -257,6 +283,7 @@ class OnnxExporter(DynamoExporter):
         if len(set(out_names)) != len(out_names):
             raise HfExportError(f"two outputs would share a name: {out_names}", stage="lowering")
 
+        _bypass_output_identities(graph)
         # An output that is a graph input, an initializer or another output gets its own Identity value,
         # so each graph output can carry its own name.
         inputs = set(id(v) for v in graph.inputs)

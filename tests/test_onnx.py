@@ -254,6 +254,55 @@ def test_shared_buffers_update_the_cache_in_place(static_decode):
                                     {"logits": torch.zeros(1, 1, 128)})
 
 
+class _CacheUpdate(torch.nn.Module):
+    """A static cache's update: index_copy_ on the sequence axis, then a read of the updated cache."""
+
+    def forward(self, cache, position, new):
+        cache.index_copy_(2, position, new)
+        return (cache * 2).sum(-1)
+
+
+def _cache_update_graph(monkeypatch=None, without_translation=False):
+    from hfexport.patching import onnx_fixes
+
+    if without_translation:  # the fault: torch's own translation of the decomposed index_copy
+        monkeypatch.setattr(onnx_fixes, "ONNX_TRANSLATIONS",
+                            [t for t in onnx_fixes.ONNX_TRANSLATIONS if "index_copy" not in str(t.target)])
+    sample = {"cache": torch.zeros(1, 2, 16, 4), "position": torch.tensor([3, 4]), "new": torch.randn(1, 2, 2, 4)}
+    return OnnxExporter().export(_CacheUpdate(), sample, OnnxConfig(dynamic=True))
+
+
+def test_a_cache_update_is_one_scatter_on_the_cache_axis_and_runs_in_place():
+    program = _cache_update_graph()
+    ops = [node.op_type for node in program.model.graph]
+    assert "ScatterElements" in ops and "Transpose" not in ops and "Identity" not in ops, ops
+    run = OrtRunner(program)
+    buffer = torch.randn(1, 2, 16, 4)
+    eager_cache = buffer.clone()
+    pointer = buffer.data_ptr()
+    for positions in ([5], [6, 7, 8], [0]):
+        position = torch.tensor(positions)
+        new = torch.randn(1, 2, len(positions), 4)
+        ref = _CacheUpdate()(eager_cache, position, new)
+        out = run.run_with_shared_buffers({"position": position, "new": new}, {"cache": buffer})
+        torch.testing.assert_close(out["output"], ref)
+        torch.testing.assert_close(buffer, eager_cache, rtol=0, atol=0)
+    assert buffer.data_ptr() == pointer and run.last_shared_writes == {"cache": pointer}
+
+
+def test_without_the_translation_the_update_transposes_the_whole_cache(monkeypatch):
+    ops = [node.op_type for node in _cache_update_graph(monkeypatch, without_translation=True).model.graph]
+    assert "Transpose" in ops and "ScatterElements" not in ops, ops
+
+
+def test_decoder_cache_outputs_are_not_identity_copies(static_decode):
+    *_, program = static_decode
+    graph = program.model.graph
+    producers = {o.name: n.op_type for n in graph for o in n.outputs}
+    cache_outputs = [o.name for o in graph.outputs if o.name.startswith("output.")]
+    assert cache_outputs and all(producers[n] != "Identity" for n in cache_outputs), producers
+
+
 # -- errors -----------------------------------------------------------------------------------------------------
 
 

@@ -162,6 +162,27 @@ def _is_all_true(x: Any) -> Any:
 
 
 @register_onnx_translation(
+    "torch.ops.aten.index_copy.default",
+    reason="torch decomposes index_copy (a StaticCache's update along the sequence axis) into index_put, which "
+    "torchlib writes as Transpose -> ScatterND -> Transpose: two full copies of every layer's cache per decode step, "
+    "and ONNX Runtime cannot write the bound cache in place. ScatterElements on the cache's own axis needs no "
+    "transpose (ORT skips its copy when the output is bound to the input's buffer). Remove when torchlib "
+    "translates index_copy without transposes (check the decode graph of a static-cache export).",
+)
+def _index_copy_along_axis(self: Any, dim: int, index: Any, source: Any) -> Any:
+    from onnxscript import opset18
+
+    op: Any = opset18  # its stubs type outputs as unions of tensor types that mypy cannot narrow
+
+    rank = len(self.shape)
+    axis = dim % rank
+    column = [1] * rank
+    column[axis] = -1
+    indices = op.Expand(op.Reshape(index, op.Constant(value_ints=column)), op.Shape(source))
+    return op.ScatterElements(self, indices, source, axis=axis)
+
+
+@register_onnx_translation(
     "torch.ops.aten.scaled_dot_product_attention.default",
     min_opset=23,
     reason="torch's SDPA translation (opset 23 Attention) checks q/k/v head counts statically and raises 'SDPA (MHA) "
