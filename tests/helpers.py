@@ -36,3 +36,24 @@ def assert_matches(reference: Any, candidate: Any, backend: str, *, tolerance: T
 def eager(model, inputs):
     with torch.no_grad():
         return model(**inputs)
+
+
+def static_decode_export(export_format: str) -> tuple[Any, torch.Tensor]:
+    """(the static-cache ``decode`` program of a tiny GQA llama, a 6-token prompt): 32 cache slots,
+    ``multi_token_decode=True``, exported by hfexport to ``export_format``."""
+    import transformers
+
+    from hfexport import AutoExportConfig, AutoHfExporter
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                      max_position_embeddings=128, pad_token_id=0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(3, 128, (1, 6))
+    export_config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": True})
+    exporter = AutoHfExporter.from_config(export_config)
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32, pad_token_id=0)
+    programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
+                                              export_config, multi_token_decode=True, generation_config=generation)
+    return programs["decode"], prompt

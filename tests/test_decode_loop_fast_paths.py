@@ -15,37 +15,22 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 
-from hfexport import AutoExportConfig, AutoHfExporter
+from helpers import static_decode_export
+
 from hfexport.errors import HfExportError
 from hfexport.runtime.decode import DynamoDecodeLoop, causal_mask
 from hfexport.runtime.onnxruntime import OrtDecodeLoop
 
 
-def _export_decode(export_format: str):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                                      max_position_embeddings=128, pad_token_id=0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    prompt = torch.randint(3, 128, (1, 6))
-    export_config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": True})
-    exporter = AutoHfExporter.from_config(export_config)
-    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32, pad_token_id=0)
-    programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
-                                              export_config, multi_token_decode=True, generation_config=generation)
-    return programs["decode"], prompt
-
-
 @pytest.fixture(scope="module")
 def decode_program():
-    return _export_decode("dynamo")
+    return static_decode_export("dynamo")
 
 
 @pytest.fixture(scope="module")
 def onnx_decode_program():
-    return _export_decode("onnx")
+    return static_decode_export("onnx")
 
 
 class ModuleOnlyLoop(DynamoDecodeLoop):

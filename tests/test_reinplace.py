@@ -7,6 +7,8 @@ import copy
 
 import torch
 
+from helpers import static_decode_export
+
 from hfexport.runtime.reinplace import reinplace_input_updates
 
 aten = torch.ops.aten
@@ -57,30 +59,17 @@ def test_no_rewrite_when_the_old_cache_is_read_after_the_update():
     assert _copies(module) == 1
 
 
-def test_decode_loop_rewrites_every_layer_and_matches_the_plain_module(tmp_path):
-    import transformers
-
-    from hfexport import AutoExportConfig, AutoHfExporter
+def test_decode_loop_rewrites_every_layer_and_matches_the_plain_module():
     from hfexport.runtime.decode import DynamoDecodeLoop
     from hfexport.runtime.dynamo import FlatGraph
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                                      max_position_embeddings=128, pad_token_id=0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    prompt = torch.randint(3, 128, (1, 6))
-    export_config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
-    exporter = AutoHfExporter.from_config(export_config)
-    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32, pad_token_id=0)
-    programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
-                                              export_config, multi_token_decode=True, generation_config=generation)
-    loop = DynamoDecodeLoop(programs["decode"])
+    program, prompt = static_decode_export("dynamo")
+    loop = DynamoDecodeLoop(program)
     assert not [n for n in loop.module.graph.nodes
                 if n.target is aten.copy_.default and n.args[0].op == "placeholder" and n.args[1].target in (
                     aten.index_copy.default, aten.index_put.default)]
-    plain = DynamoDecodeLoop(programs["decode"])
-    plain.module = programs["decode"].module()  # the functional module: copy of the cache and copy back
+    plain = DynamoDecodeLoop(program)
+    plain.module = program.module()  # the functional module: copy of the cache and copy back
     plain.flat_graph = FlatGraph(plain.module)
     assert loop.generate(prompt, 12).tokens == plain.generate(prompt, 12).tokens
     for name, tensor in loop.cache_tensors().items():
