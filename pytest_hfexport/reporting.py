@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pytest
@@ -51,8 +52,9 @@ def start_recording(config: pytest.Config) -> None:
             "backends": settings.backends,
             "device": settings.device,
             "pins": settings.pins,
-            # The run as typed (after pytest's own name), so a figure quoted from the report names its command.
-            "command": " ".join(["python -m pytest", *map(str, config.invocation_params.args)]),
+            # The run as typed (after pytest's own name), so a figure quoted from the report names its command;
+            # quoted for a shell (an empty marker expression, `-m ""`, would vanish when joined plainly).
+            "command": "python -m pytest " + shlex.join(map(str, config.invocation_params.args)),
         },
     )
     config.pluginmanager.register(_Controller(config), "hfexport-controller")

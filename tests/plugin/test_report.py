@@ -41,6 +41,16 @@ TEST = """
 """
 
 
+def test_the_command_keeps_an_empty_marker_expression(pytester, fake_impl):
+    """`-m ""` (every tier) must survive in the report's command, or the quoted command runs the default tier."""
+    pytester.makepyfile(TEST)
+    pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo", "-m", "",
+                                 "--hfexport-report=out/report.json")
+    data = json.loads((pytester.path / "out/report.json").read_text())
+    assert data["command"] == ("python -m pytest --hfexport-impl=fakeimpl --hfexport-backend=dynamo -m '' "
+                               "--hfexport-report=out/report.json")
+
+
 def test_rows_and_statuses(pytester, fake_impl, monkeypatch):
     monkeypatch.setenv("FAKEIMPL", "onnx=perturb,executorch=lacks")
     pytester.makepyfile(TEST)
