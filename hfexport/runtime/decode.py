@@ -168,6 +168,8 @@ class DynamoDecodeLoop(DecodeLoop):
         self._cache_spec = kwargs_spec.children()[self._input_order.index(self.cache_name)]
         self._cache_leaves: list[torch.Tensor] | None = None
         self._cache_names = list(caches.named_cache_tensors(self.cache, self.cache_name))
+        # The cache's first tensor among the graph's flat inputs (the inputs before it are single tensors).
+        self._cache_start = self._input_order.index(self.cache_name)
 
     def reset(self) -> None:
         self.cache.reset()
@@ -198,17 +200,12 @@ class DynamoDecodeLoop(DecodeLoop):
                 }
                 return out.logits
             out, written = self.flat_graph(self._flat_inputs(kwargs))
-        cache_start = self._cache_offset()
         self._writes = {
-            self._cache_names[index - cache_start]: tensor.data_ptr()
+            self._cache_names[index - self._cache_start]: tensor.data_ptr()
             for index, tensor in written.items()
-            if 0 <= index - cache_start < len(self._cache_names)
+            if 0 <= index - self._cache_start < len(self._cache_names)
         }
         return out.logits
-
-    def _cache_offset(self) -> int:
-        """Index of the cache's first tensor among the graph's flat inputs (inputs before it are single tensors)."""
-        return self._input_order.index(self.cache_name)
 
     def _flat_inputs(self, kwargs: dict[str, Any]) -> list[torch.Tensor]:
         if self._cache_leaves is None:
