@@ -203,6 +203,16 @@ def export_key(
 # -- the store -----------------------------------------------------------------------------------------------
 
 
+def _stored(artifact: str, files: Mapping[str, Any]) -> bool:
+    """Whether an artifact address names what the entry holds: a file, or a folder with files in it (an adapter
+    may save a whole folder, e.g. ``save_pretrained``), either with an optional ``#component`` suffix that the
+    adapter's ``load`` reads (one saved folder serving several components)."""
+    path = artifact.partition("#")[0].rstrip("/")
+    if path in ("", "."):
+        return bool(files)
+    return path in files or any(name.startswith(path + "/") for name in files)
+
+
 def _file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -260,7 +270,7 @@ class ArtifactCache:
                 return f"{rel} has {path.stat().st_size} bytes, the manifest says {size}"
             if _file_sha256(path) != sha:
                 return f"{rel} does not match its SHA-256"
-        missing = sorted(name for name, rel in artifacts.items() if rel not in files)
+        missing = sorted(name for name, rel in artifacts.items() if not _stored(rel, files))
         return f"artifacts {missing} are not among its files" if missing else None
 
     def get_or_build(self, key: str, build: Callable[[Path], Mapping[str, Path]]) -> tuple[dict[str, Path], bool]:

@@ -189,6 +189,28 @@ def test_a_damaged_entry_is_discarded_with_a_warning_and_rebuilt(tmp_path, damag
     assert calls == []
 
 
+def test_folder_and_component_addresses_are_reused(tmp_path):
+    """An adapter that saves a whole folder (``save_pretrained``) and addresses components inside it as
+    ``folder#component``: its entry is a hit next time, not discarded (the transformers adapter's entries were
+    discarded on every lookup, while other workers were loading them)."""
+    cache = ArtifactCache(tmp_path)
+    calls = []
+
+    def build(folder: Path) -> dict[str, Path]:
+        calls.append(1)
+        (folder / "saved").mkdir()
+        (folder / "saved" / "export.json").write_text("{}")
+        (folder / "saved" / "decode.pt2").write_bytes(b"decode")
+        return {"model": folder / "saved", "decode": Path(f"{folder / 'saved'}#decode")}
+
+    first, _ = cache.get_or_build("c" * 40, build)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second, hit = cache.get_or_build("c" * 40, build)
+    assert hit and calls == [1] and second == first
+    assert str(second["decode"]).endswith("saved#decode") and (second["model"] / "decode.pt2").is_file()
+
+
 def test_a_failed_build_stores_nothing(tmp_path):
     cache = ArtifactCache(tmp_path)
 
