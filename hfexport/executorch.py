@@ -56,6 +56,7 @@ from .errors import HfExportError
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
 from .patching import executorch_fixes
+from .patching.executorch_passes import run_edge_passes
 from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
@@ -225,6 +226,9 @@ class ExecutorchExporter(DynamoExporter):
                 alloc_mutable_buffers=config.alloc_mutable_buffers,
             ),
             emit_mutable_buffer_names=True,
+            # The cache update (index_put into a mutable buffer or input) written in place: functional, its
+            # portable kernel copied the whole cache tensor on every decode step before writing one slot.
+            run_reinplace_pass=True,
         )
 
     def lower(self, program: torch.export.ExportedProgram, config: ExecutorchConfig) -> Any:
@@ -246,6 +250,7 @@ class ExecutorchExporter(DynamoExporter):
             ) from exc
         lowered = time.perf_counter()
         self._check_still_dynamic(program, edge)
+        run_edge_passes(edge)
         try:
             with executorch_fixes.lowering_patches(), self.tracing_mode(config):
                 manager = edge.to_executorch(self.backend_config(config))

@@ -38,9 +38,10 @@ def eager(model, inputs):
         return model(**inputs)
 
 
-def static_decode_export(export_format: str) -> tuple[Any, torch.Tensor]:
+def static_decode_export(export_format: str, **exporter_options: Any) -> tuple[Any, torch.Tensor]:
     """(the static-cache ``decode`` program of a tiny GQA llama, a 6-token prompt): 32 cache slots,
-    ``multi_token_decode=True``, exported by hfexport to ``export_format``."""
+    ``multi_token_decode=True``, exported by hfexport to ``export_format`` (an exporter built with
+    ``exporter_options``, e.g. ``cache_as_buffers=True``)."""
     import transformers
 
     from hfexport import AutoExportConfig, AutoHfExporter
@@ -52,7 +53,7 @@ def static_decode_export(export_format: str) -> tuple[Any, torch.Tensor]:
     model = transformers.LlamaForCausalLM(config).eval()
     prompt = torch.randint(3, 128, (1, 6))
     export_config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": True})
-    exporter = AutoHfExporter.from_config(export_config)
+    exporter = type(AutoHfExporter.from_config(export_config))(**exporter_options)
     generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=32, pad_token_id=0)
     programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
                                               export_config, multi_token_decode=True, generation_config=generation)

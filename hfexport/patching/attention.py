@@ -5,8 +5,9 @@ decode) and on ``q_length > 1`` before it looks at the mask (also with T5's
 ``position_bias``, which it folds into the mask). Under torch.export
 those branches become guards that pin the query length (``!= 1``), so a program
 traced at prefill refuses a one-token call. The replacement below computes the
-same attention with no branch on sizes: repeat KV heads, use the mask when there
-is one, else an explicit bottom-right causal mask.
+same attention with no branch on sizes: the query heads that share a KV head attend it
+together (``_grouped_query_sdpa``; no copy of the cache per step), the mask when there is one, else an
+explicit bottom-right causal mask.
 
 The query also reaches SDPA with [batch, query, heads, head_dim] memory (viewed back): the CPU
 kernel takes a fast path when ``query.transpose(1, 2)`` is contiguous, which for a query in the
@@ -72,6 +73,50 @@ def _query_major(query: torch.Tensor) -> torch.Tensor:
 _DELEGATE_KWARGS = ("softcap", "s_aux", "sinks", "cache")
 
 
+def _foldable_mask(mask: torch.Tensor | None) -> bool:
+    """A mask the grouped-query fold can tile over its query rows without reading a symbolic size: none, a
+    [query, key] one, or a 4D one whose head axis is a static 1 (every zoo decoder's)."""
+    if mask is None or mask.dim() == 2:
+        return True
+    return mask.dim() == 4 and isinstance(mask.shape[1], int) and mask.shape[1] == 1
+
+
+def _tile_mask_rows(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """Row ``g * query + i`` of the stacked query is query row ``i`` of group ``g``: the mask's query axis
+    repeated whole, ``groups`` times (not each row ``groups`` times)."""
+    return mask.repeat(groups, 1) if mask.dim() == 2 else mask.repeat(1, 1, groups, 1)
+
+
+def _grouped_query_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    groups: int,
+    dropout: float,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Grouped-query attention without repeating the KV heads: the ``groups`` query heads that share a KV
+    head are stacked along the query axis ([batch, kv_heads, groups * query, head_dim]) and attend that KV
+    head once. Repeating the KV heads instead copies the whole cache ``groups`` times on every decode step
+    (portable ``expand_copy`` kernels on ExecuTorch, ``repeat_interleave`` on Dynamo), which dominated a
+    one-token step. Returns [batch, query, heads, head_dim], row-major.
+
+    Every regrouping goes through a row-major copy before a dimension merge, so no view decision depends on
+    the (symbolic) query length; the stacked query gets the [batch, query, heads, head_dim] memory of
+    ``_query_major`` for the same reason as the unfolded path."""
+    q_len, kv_heads = query.shape[2], key.shape[1]
+    stacked = query.unflatten(1, (kv_heads, groups)).permute(0, 2, 3, 1, 4)  # [b, g, q, kv, d]
+    stacked = stacked.clone(memory_format=torch.contiguous_format).flatten(1, 2).transpose(1, 2)
+    if mask is not None:
+        mask = _tile_mask_rows(mask, groups)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        stacked, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=False
+    )  # [b, kv, g * q, d]
+    out = out.unflatten(2, (groups, q_len)).permute(0, 3, 1, 2, 4)  # [b, q, kv, g, d]
+    return out.clone(memory_format=torch.contiguous_format).flatten(2, 3)
+
+
 def _with_position_bias(position_bias: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """T5's additive relative-position bias folded into the mask, as transformers' SDPA does, minus its
     ``q_length > 1`` test (which pins the query length): a bool mask selects the bias or -inf, a float
@@ -107,9 +152,6 @@ def export_sdpa_factory(original):
                 **kwargs,
             )
         groups = query.shape[1] // key.shape[1]
-        query = _query_major(query)
-        key = _expand_kv(key, groups)
-        value = _expand_kv(value, groups)
         if attention_mask is None and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
             q_len, kv_len = query.shape[2], key.shape[2]
             rows = torch.arange(q_len, device=query.device)[:, None] + (kv_len - q_len)
@@ -119,6 +161,11 @@ def export_sdpa_factory(original):
         position_bias = kwargs.get("position_bias")
         if position_bias is not None:
             attention_mask = _with_position_bias(position_bias, attention_mask, query.dtype)
+        if groups > 1 and _foldable_mask(attention_mask):
+            return _grouped_query_sdpa(query, key, value, attention_mask, groups, dropout, scaling), None
+        query = _query_major(query)
+        key = _expand_kv(key, groups)
+        value = _expand_kv(value, groups)
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False
         )
