@@ -251,8 +251,20 @@ class OrtDecodeLoop(DecodeLoop):
 
     backend = "onnx"
 
-    def __init__(self, model: Any, max_cache_len: int | None = None, providers: Sequence[str] | None = None) -> None:
-        self.runner = model if isinstance(model, OrtRunner) else OrtRunner(model, providers=providers)
+    def __init__(
+        self,
+        model: Any,
+        max_cache_len: int | None = None,
+        providers: Sequence[str] | None = None,
+        session_options: Any = None,
+    ) -> None:
+        """``session_options``: an ``onnxruntime.SessionOptions`` for the session (threads, spinning, graph
+        optimisation level), used when ``model`` is a path or proto rather than an ``OrtRunner``."""
+        self.runner = (
+            model
+            if isinstance(model, OrtRunner)
+            else OrtRunner(model, providers=providers, session_options=session_options)
+        )
         expected = self.runner.expected_inputs()
         shared = self.runner.shared_names
         if not shared:
