@@ -226,9 +226,6 @@ class ExecutorchExporter(DynamoExporter):
                 alloc_mutable_buffers=config.alloc_mutable_buffers,
             ),
             emit_mutable_buffer_names=True,
-            # The cache update (index_put into a mutable buffer or input) written in place: functional, its
-            # portable kernel copied the whole cache tensor on every decode step before writing one slot.
-            run_reinplace_pass=True,
         )
 
     def lower(self, program: torch.export.ExportedProgram, config: ExecutorchConfig) -> Any:

@@ -118,16 +118,7 @@ def test_cache_as_inputs_program_has_no_identity_expand():
 
 
 def test_the_copy_check_sees_the_unpassed_program(monkeypatch):
-    from hfexport.executorch import ExecutorchExporter
-
-    original = ExecutorchExporter.backend_config
-
-    def without_reinplace(self, config):
-        backend = original(self, config)
-        backend.run_reinplace_pass = False
-        return backend
-
     monkeypatch.setattr(executorch_passes, "EDGE_PASSES", ())
-    monkeypatch.setattr(ExecutorchExporter, "backend_config", without_reinplace)
+    monkeypatch.setattr(executorch_passes, "IN_PLACE_CACHE_UPDATES", False)
     found = cache_copies(static_decode_export("executorch", cache_as_buffers=True)[0])
     assert "identity expand_copy" in found and "functional index_put" in found and "cache copy_ write-back" in found
