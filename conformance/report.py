@@ -134,7 +134,8 @@ def known_failures(data: dict[str, Any]) -> list[str]:
         f"# Known failures of {impl}, measured {str(data.get('created', ''))[:10]} ({versions}).",
         "# Written by: python -m conformance.report <report.json>... --known-failures, from a run of",
         f"# {COMMAND.format(impl=impl)}",
-        "# with an empty --hfexport-xfails file. Key: test id; value: the measured message (its first lines).",
+        "# Each failed test, and each strict xfail of the file that run applied, with the message of the exception",
+        "# the run itself raised. Key: test id; value: the measured message (its first lines).",
         "# Applied strictly: an entry that starts passing is reported (XPASS) so it can be removed.",
         "",
     ]
