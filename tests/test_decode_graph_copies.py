@@ -1,8 +1,8 @@
 """A decode step copies no KV cache: grouped-query attention reads the KV heads as they are, and the
 ExecuTorch program writes its cache update in place, with no identity expand of the cache before attention.
 
-Each structural check is also run against an exporter with exactly the fault it looks for (the fold, the edge
-passes or the reinplace pass switched off), so a check that cannot fail would show here.
+Each structural check is also run against an exporter with exactly the fault it looks for (the fold or the edge
+passes switched off), so a check that cannot fail would show here.
 """
 
 from __future__ import annotations
@@ -119,6 +119,5 @@ def test_cache_as_inputs_program_has_no_identity_expand():
 
 def test_the_copy_check_sees_the_unpassed_program(monkeypatch):
     monkeypatch.setattr(executorch_passes, "EDGE_PASSES", ())
-    monkeypatch.setattr(executorch_passes, "IN_PLACE_CACHE_UPDATES", False)
     found = cache_copies(static_decode_export("executorch", cache_as_buffers=True)[0])
     assert "identity expand_copy" in found and "functional index_put" in found and "cache copy_ write-back" in found

@@ -125,3 +125,14 @@ def test_ort_loop_keeps_its_binding_and_gives_the_rebinding_loops_tokens(onnx_de
     except HfExportError as error:
         stale = str(error)
     assert stale != tokens
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ort_loop_session_options_reach_the_session(onnx_decode_program, threads):
+    """The loop's ``session_options`` are the session's (a loop that dropped them would run ORT's defaults)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    loop = OrtDecodeLoop(onnx_decode_program[0], max_cache_len=32, session_options=options)
+    assert loop.runner.session.get_session_options().intra_op_num_threads == threads

@@ -1,8 +1,8 @@
 """Edge-graph passes hfexport runs between ``to_edge_transform_and_lower`` and ``to_executorch``.
 
-One table (``EDGE_PASSES``), each entry a function over the lowered edge program's graph module that
-returns how many nodes it changed, with the reason it exists. They remove work the portable kernels would
-otherwise do on every call of the program, outside any delegate.
+One table (``EDGE_PASSES``), each entry a function over one method's lowered edge program (an
+``ExportedProgram``, changed in place) that returns how many nodes it changed, with the reason it exists.
+They remove work the portable kernels would otherwise do on every call of the program, outside any delegate.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EdgePass:
     name: str
-    run: Callable[[torch.fx.GraphModule], int]
+    run: Callable[[Any], int]
     reason: str
 
 
@@ -33,10 +33,11 @@ def _same_shape(a: Any, b: Any) -> bool:
     return all(statically_known_true(x == y) for x, y in zip(a.shape, b.shape)) and a.dtype == b.dtype
 
 
-def remove_noop_expand_copies(graph_module: torch.fx.GraphModule) -> int:
+def remove_noop_expand_copies(program: Any) -> int:
     """Drop ``expand_copy`` nodes whose output has their input's shape: identity, but a full copy at run time."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
+    graph_module = program.graph_module
     target = exir_ops.edge.aten.expand_copy.default
     removed = 0
     for node in list(graph_module.graph.nodes):
@@ -54,10 +55,18 @@ def remove_noop_expand_copies(graph_module: torch.fx.GraphModule) -> int:
     return removed
 
 
+def _mutable_inputs(program: Any) -> set[str]:
+    """Placeholder names of the buffers the program mutates and of the user inputs it mutates."""
+    signature = program.graph_signature
+    mutated_buffers = set(signature.buffers_to_mutate.values())
+    names = {name for name, buffer in signature.inputs_to_buffers.items() if buffer in mutated_buffers}
+    return names | set(signature.user_inputs_to_mutate.values())
+
+
 _VIEW_OPS = ("view", "alias", "expand", "slice", "select", "transpose", "permute", "squeeze", "unsqueeze", "as_strided")
 
 
-def cache_updates_in_place(graph_module: torch.fx.GraphModule, mutable: set[str]) -> int:
+def cache_updates_in_place(program: Any) -> int:
     """Turn ``index_put(cache, ...)`` into ``index_put_`` where ``cache`` is a mutable buffer or a mutated
     input that nothing reads after the update (every other user comes before it, and none is a view that could
     be read later). The write-back then needs no ``copy_``: the update's lineage reaches the input.
@@ -68,6 +77,7 @@ def cache_updates_in_place(graph_module: torch.fx.GraphModule, mutable: set[str]
     from executorch.exir.dialects._ops import ops as exir_ops
 
     functional, inplace = exir_ops.edge.aten.index_put.default, exir_ops.edge.aten.index_put_.default
+    graph_module, mutable = program.graph_module, _mutable_inputs(program)
     order = {node: i for i, node in enumerate(graph_module.graph.nodes)}
     changed = 0
     for node in list(graph_module.graph.nodes):
@@ -94,36 +104,25 @@ EDGE_PASSES: tuple[EdgePass, ...] = (
         "the static cache that expand is the identity, and its portable expand_copy copied every layer's whole "
         "K and V cache on each decode step. Remove when EXIR drops identity expands itself.",
     ),
+    EdgePass(
+        "cache_updates_in_place",
+        cache_updates_in_place,
+        reason="the static cache's update is a functional index_put: its portable kernel copied the whole cache "
+        "tensor before writing one slot, and a copy_ wrote the result back into the buffer, on every decode step. "
+        "Remove when EXIR's reinplace pass checks views (see cache_updates_in_place).",
+    ),
 )
 
 
-# The cache update written in place (a switch so the tests can run the fault of leaving it functional).
-IN_PLACE_CACHE_UPDATES = True
-
-
-def _mutable_inputs(program: Any) -> set[str]:
-    """Placeholder names of the buffers the program mutates and of the user inputs it mutates."""
-    signature = program.graph_signature
-    mutated_buffers = set(signature.buffers_to_mutate.values())
-    names = {name for name, buffer in signature.inputs_to_buffers.items() if buffer in mutated_buffers}
-    return names | set(signature.user_inputs_to_mutate.values())
-
-
 def run_edge_passes(edge: Any) -> dict[str, int]:
-    """Run every ``EDGE_PASSES`` entry, then the in-place cache update, over each method of an
-    ``EdgeProgramManager``, in place."""
+    """Run every ``EDGE_PASSES`` entry over each method of an ``EdgeProgramManager``, in place."""
     changed: dict[str, int] = {}
     for method in edge.methods:
         program = edge.exported_program(method)
-        module = program.graph_module
         for edge_pass in EDGE_PASSES:
-            count = edge_pass.run(module)
+            count = edge_pass.run(program)
             if count:
                 changed[edge_pass.name] = changed.get(edge_pass.name, 0) + count
-        if IN_PLACE_CACHE_UPDATES:
-            count = cache_updates_in_place(module, _mutable_inputs(program))
-            if count:
-                changed["cache_updates_in_place"] = changed.get("cache_updates_in_place", 0) + count
     if changed:
         logger.debug("edge passes changed %s", changed)
     return changed
