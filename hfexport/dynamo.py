@@ -28,6 +28,7 @@ from . import caches, shapes
 from .base import HfExporter
 from .configs import DynamoConfig, ExportConfigMixin, ExportFormat
 from .errors import HfExportError
+from .graph_writes import written_inputs
 from .io import atomic_output
 from .model_state import preserved, stateful_attributes_cleared
 from .patching import apply_fx_program_fixes, apply_patches
@@ -130,8 +131,12 @@ class DynamoExporter(HfExporter):
     def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
         config = cast(DynamoConfig, self.resolve_config(config))  # resolve_config checked the format
         program = self.trace(model, sample_inputs, config)
+        written = written_inputs(program)
+        if not written:  # nothing to functionalise: the retrace would cost as long as the export did
+            return program
         # Functionalise (no decompositions): in-place writes to inputs, e.g. a StaticCache, become
         # USER_INPUT_MUTATION outputs that program.module() applies back to the caller's tensors.
+        logger.debug("functionalising %s: it writes into %s", type(model).__name__, ", ".join(written))
         with self.tracing_mode(config):
             return program.run_decompositions({})
 
