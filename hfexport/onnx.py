@@ -19,6 +19,7 @@ Every workaround lives in a registry (``hfexport.patching``, ``hfexport.patching
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -111,6 +112,19 @@ def _all_values(model: Any):
         yield from node.outputs
 
 
+@functools.lru_cache(maxsize=8)
+def _registry(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
+    """torchlib's registry for ``opset`` with hfexport's translations, built once per process and table:
+    building it walks every torchlib function (about a second each export, several per export_for_generation).
+    The exporter only reads it."""
+    from torch.onnx._internal.exporter import _registration
+
+    registry = _registration.ONNXRegistry.from_torchlib(opset_version=opset)
+    for op, fn in translations:
+        registry.register_op(op, fn, is_complex=False)
+    return registry
+
+
 @register_exporter("onnx")
 class OnnxExporter(DynamoExporter):
     """transformers model -> ``torch.onnx.ONNXProgram`` with flat, named inputs and outputs."""
@@ -140,7 +154,7 @@ class OnnxExporter(DynamoExporter):
         self, program: torch.export.ExportedProgram, config: OnnxConfig, opset: int, input_names: list[str]
     ) -> Any:
         """ExportedProgram -> ONNXProgram (stages 1-6 of the module doc)."""
-        from torch.onnx._internal.exporter import _core, _registration
+        from torch.onnx._internal.exporter import _core
 
         user_inputs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         if len(user_inputs) != len(input_names):
@@ -154,9 +168,8 @@ class OnnxExporter(DynamoExporter):
             names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names) if hasattr(s.arg, "name")}
         output_names = self._user_output_names(program)
 
-        registry = _registration.ONNXRegistry.from_torchlib(opset_version=max(opset, MIN_OPSET))
-        for op, fn in onnx_fixes.translation_table(max(opset, MIN_OPSET)).items():
-            registry.register_op(op, fn, is_complex=False)
+        translations = onnx_fixes.translation_table(max(opset, MIN_OPSET))
+        registry = _registry(max(opset, MIN_OPSET), tuple(translations.items()))
         try:
             with self.tracing_mode(config):
                 decomposed = _core._prepare_exported_program_for_export(program, registry=registry)

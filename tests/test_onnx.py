@@ -295,6 +295,18 @@ def test_without_the_translation_the_update_transposes_the_whole_cache(monkeypat
     assert "Transpose" in ops and "ScatterElements" not in ops, ops
 
 
+def test_the_cached_registry_follows_the_translation_table(monkeypatch):
+    """torchlib's registry is built once per process and translation table: a table changed between two
+    exports (a translation removed, then restored) must change the graph each time."""
+    def ops(**fault):
+        return {node.op_type for node in _cache_update_graph(monkeypatch, **fault).model.graph}
+
+    assert "ScatterElements" in ops()
+    assert "ScatterElements" not in ops(without_translation=True)
+    monkeypatch.undo()
+    assert "ScatterElements" in ops()
+
+
 def test_decoder_cache_outputs_are_not_identity_copies(static_decode):
     *_, program = static_decode
     graph = program.model.graph
