@@ -70,13 +70,20 @@ def render(data: dict[str, Any], markdown: bool) -> list[str]:
         f"Command: `{data.get('command') or COMMAND.format(impl=impl)}`, then `python -m conformance.report "
         f"{' '.join(data.get('report_paths') or [f'out/conformance-{impl}.json'])} --markdown`"
         + (
-            f" (this table merges {data['merged_runs']} runs: the full one, then targeted re-runs of the tests a"
-            " later change touched, each replacing those tests' rows)."
+            f". This table merges {data['merged_runs']} runs, in order; a later run's rows replace every row of "
+            "the tests it ran:"
             if data.get("merged_runs")
             else "."
         ),
         "",
     ]
+    for path, run in zip(data.get("report_paths") or [], data.get("runs") or []):
+        out.append(
+            f"{'- ' if markdown else '  '}`{path}`: measured {run['created']}, {run['tests']} tests"
+            f"{' (' + run['summary'] + ')' if run['summary'] else ''}, `{run['command']}`"
+        )
+    if data.get("runs"):
+        out.append("")
     out += [f"Totals: {totals(data)}.", ""]
     out += ["Counts per check and backend (cells), as pass/fail/xfail/unsupported:", ""]
     out += count_table(rows, markdown=markdown)[0 if markdown else 1 :]
@@ -105,11 +112,31 @@ def _measured(message: str | None, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _brief_command(command: str, limit: int = 200) -> str:
+    """A re-run's command lists every test id it ran; its head says what it was, the report keeps the rest."""
+    if len(command) <= limit:
+        return command
+    return command[:limit].rsplit(" ", 1)[0] + f" ... ({command.count('::')} test ids in the report)"
+
+
+def _run_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What one merged run contributed: when, by which command, how many tests with which outcomes."""
+    by_test = {r.get("nodeid"): r.get("status", "?") for r in report.get("rows", [])}
+    counts = {s: sum(1 for v in by_test.values() if v == s) for s in sorted(set(by_test.values()))}
+    return {
+        "created": report.get("created", "?"),
+        "command": _brief_command(report.get("command") or "?"),
+        "tests": len(by_test),
+        "summary": ", ".join(f"{n} {s}" for s, n in counts.items()),
+    }
+
+
 def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report from several runs: a later run's rows replace every row of the tests it ran (a targeted
     re-run after a fix, or the cases a zoo addition brought). Metadata comes from the first report."""
     merged = dict(reports[0])
     rows = list(reports[0].get("rows", []))
+    merged["runs"] = [_run_summary(report) for report in reports]
     for later in reports[1:]:
         rerun = {r.get("nodeid") for r in later.get("rows", [])}
         rows = [r for r in rows if r.get("nodeid") not in rerun] + list(later.get("rows", []))
