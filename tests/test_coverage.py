@@ -215,3 +215,28 @@ def test_causes_merge_messages_that_differ_only_in_numbers():
     # Different causes stay apart, and names with digits in them are kept.
     assert normalise("dtype float32 != eager int64") != normalise("dtype float16 != eager int64")
     assert normalise("KeyError: 'past_key_values'") != normalise("KeyError: 'cache_position'")
+
+
+# -- triage -------------------------------------------------------------------------------------------------
+
+
+def test_every_failing_cell_is_listed_with_its_triage_or_as_not_triaged(monkeypatch):
+    from conformance.coverage import report, triage
+
+    entry = triage.Triage("^SiglipFor", "dynamo", r"Guard failed: .*size\(\)\[0\] == 1", triage.FIX, "view pins batch")
+    monkeypatch.setattr(triage, "TRIAGE", (entry,))
+
+    def cell(arch: str, backend: str, message: str) -> dict[str, Any]:
+        return {"arch": arch, "backend": backend, "status": "fail", "stage": "run", "message": message}
+
+    cells = {
+        "a": cell("SiglipForImageClassification", "dynamo", "AssertionError: Guard failed: x.size()[0] == 1"),
+        "b": cell("SiglipForImageClassification", "onnx", "AssertionError: Guard failed: x.size()[0] == 1"),
+        "c": cell("HieraModel", "dynamo", "AssertionError: Guard failed: x.size()[0] == 1"),
+        "d": {**cell("BertModel", "dynamo", ""), "status": "pass"},
+    }
+    text = "\n".join(report.triaged_failures(cells))
+    assert "3 failing cells; 2 not triaged yet" in text
+    assert "| SiglipForImageClassification | dynamo | run: AssertionError: Guard failed: x.size()[<n>] == <n> | fix: view pins batch |" in text
+    assert "| SiglipForImageClassification | onnx |" in text and "| HieraModel | dynamo |" in text
+    assert text.count("not triaged |") == 2 and "BertModel" not in text

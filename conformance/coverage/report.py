@@ -20,6 +20,7 @@ from typing import Any
 
 from .normalise import cause
 from .store import load
+from .triage import triage
 
 IMPLS = ("hfexport", "transformers")
 LABELS = {"hfexport": "hfexport", "transformers": "peer (transformers.exporters)"}
@@ -90,6 +91,31 @@ def unbuildable_causes(cells: dict[str, dict[str, Any]]) -> collections.Counter[
         if r["status"] == "not_buildable":
             seen[r["arch"]] = cause(r["stage"], r["message"])
     return collections.Counter(seen.values())
+
+
+def triaged_failures(cells: dict[str, dict[str, Any]]) -> list[str]:
+    """Every failing hfexport cell with its triage entry (``triage.TRIAGE``), or marked not triaged."""
+    failing = sorted((r for r in cells.values() if r["status"] == "fail"), key=lambda r: (r["arch"], r["backend"]))
+    lines = ["", "## hfexport failures, triaged", ""]
+    if not failing:
+        return lines + ["No failures."]
+    found = [(r, triage(r)) for r in failing]
+    untriaged = sum(1 for _, t in found if t is None)
+    lines += [
+        f"{len(failing)} failing cells; {untriaged} not triaged yet. Entries live in "
+        "`conformance/coverage/triage.py`: `structural` (no exporter can match eager: a random forward, a "
+        "runtime without the kernel), `fix` (an hfexport defect, with what its analysis found).",
+        "",
+        "| architecture | backend | stage: cause | triage |",
+        "|---|---|---|---|",
+    ]
+    for record, entry in found:
+        verdict = f"{entry.kind}: {entry.reason}" if entry else "not triaged"
+        lines.append(
+            f"| {record['arch']} | {record['backend']} | {_md(cause(record['stage'], record['message']))} | "
+            f"{_md(verdict)} |"
+        )
+    return lines
 
 
 def cell_seconds(cells: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -285,6 +311,8 @@ def render(datas: dict[str, dict[str, Any] | None], enumerated: int | None, char
             lines.append(
                 f"| {sum(counts.values()) - sum(n for _, n in counts.most_common(TOP_CAUSES))} | (other causes) |"
             )
+    if "hfexport" in cells:
+        lines += triaged_failures(cells["hfexport"])
     merged: dict[str, dict[str, Any]] = {}
     for impl in cells:
         merged.update(cells[impl])
