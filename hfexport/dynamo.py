@@ -24,7 +24,7 @@ from typing import Any, ClassVar, cast
 
 import torch
 
-from . import caches, shapes
+from . import batch_retrace, caches, shapes
 from .base import HfExporter
 from .configs import DynamoConfig, ExportConfigMixin, ExportFormat
 from .errors import HfExportError
@@ -174,27 +174,58 @@ class DynamoExporter(HfExporter):
             stack.enter_context(shapes.symbolic_size_one(dynamic_shapes is not None))
             stack.enter_context(torch.no_grad())
             stack.enter_context(_quiet_restored_attributes())
-            try:
-                program = torch.export.export(
-                    model,
-                    args=(),
-                    kwargs=graph_inputs,
-                    dynamic_shapes=dynamic_shapes,
-                    strict=config.strict,
-                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                )
-            except Exception as exc:
-                raise HfExportError(
-                    f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {_brief(exc)}\n"
-                    "Try: explicit dynamic_shapes with Dim(min=, max=) on only the axes that vary, "
-                    "prefer_deferred_runtime_asserts_over_guards=True, or dynamic=False to see whether the failure "
-                    "is shape-related.",
-                    stage="export",
-                ) from exc
+            program = self._export(model, graph_inputs, dynamic_shapes, config)
+            if config.dynamic and config.dynamic_shapes is None:
+                program = self.open_pinned_batch(model, program, graph_inputs, config)
             for backend in self.patch_backends:
                 apply_fx_program_fixes(backend, program)
         logger.info("torch.export of %s took %.2fs", type(model).__name__, time.perf_counter() - start)
         return program
+
+    @staticmethod
+    def _export(model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: DynamoConfig) -> Any:
+        try:
+            return torch.export.export(
+                model,
+                args=(),
+                kwargs=graph_inputs,
+                dynamic_shapes=dynamic_shapes,
+                strict=config.strict,
+                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+            )
+        except Exception as exc:
+            raise HfExportError(
+                f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {_brief(exc)}\n"
+                "Try: explicit dynamic_shapes with Dim(min=, max=) on only the axes that vary, "
+                "prefer_deferred_runtime_asserts_over_guards=True, or dynamic=False to see whether the failure "
+                "is shape-related.",
+                stage="export",
+            ) from exc
+
+    def open_pinned_batch(self, model: Any, program: Any, graph_inputs: dict[str, Any], config: DynamoConfig) -> Any:
+        """``program`` unless its batch-1 trace pinned the batch of plain tensor inputs; then the program traced
+        from batch 2 and opened to batch 1, once it matches the eager model at the sample (``batch_retrace``)."""
+        names = batch_retrace.pinned_batch_inputs(program)
+        plain = all(isinstance(v, torch.Tensor) for v in graph_inputs.values())  # a cache would be advanced
+        if not names or not plain or not batch_retrace.batch_one_sample(graph_inputs, names):
+            return program
+        wide = batch_retrace.widen_to_two(graph_inputs)
+        try:
+            retraced = self._export(model, wide, shapes.auto_dynamic_shapes(wide), config)
+        except HfExportError as exc:
+            logger.warning("the batch of %s stays pinned to 1: the batch-2 retrace failed (%s)", ", ".join(names), exc)
+            return program
+        dropped = batch_retrace.accept_batch_one(retraced, names, graph_inputs)
+        mismatch = batch_retrace.differs_from_eager(model, retraced, graph_inputs)
+        if mismatch or batch_retrace.pinned_batch_inputs(retraced):
+            logger.warning(
+                "the batch of %s stays pinned to 1: the batch-2 program %s", ", ".join(names), mismatch or "pins it too"
+            )
+            return program
+        logger.info(
+            "batch of %s was pinned at 1 by the trace; traced from batch 2, dropped %s", ", ".join(names), dropped
+        )
+        return retraced
 
     # -- artifacts ------------------------------------------------------------------------
     @classmethod

@@ -1,0 +1,76 @@
+"""A dynamic export from a batch-1 sample whose trace pins the batch still serves every batch.
+
+``PooledAttention`` is SigLIP's pooling head in miniature: ``nn.MultiheadAttention(batch_first=True)``
+projects a transposed ``(seq, batch, E)`` key, a view that is legal for any strides only at batch 1, so the
+batch-1 trace records ``batch == 1``. hfexport traces again from batch 2 and opens the program to batch 1
+(``hfexport.batch_retrace``). Each test fails with the retrace disabled (``test_without_the_retrace_the_
+program_pins_batch_1`` shows the fault it guards against).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import DynamoConfig, DynamoExporter, OnnxConfig, OnnxExporter
+from hfexport import dynamo as dynamo_module
+from hfexport.batch_retrace import pinned_batch_inputs
+
+
+class PooledAttention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.probe = torch.nn.Parameter(torch.randn(1, 1, 16))
+        self.attention = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = self.proj(hidden)
+        probe = self.probe.repeat(hidden.shape[0], 1, 1)
+        return self.attention(probe, hidden, hidden)[0][:, 0]
+
+
+def _eager(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(hidden)
+
+
+SAMPLE = {"hidden": torch.randn(1, 7, 16)}
+OTHER_BATCHES = (torch.randn(1, 5, 16), torch.randn(3, 9, 16))
+
+
+def test_without_the_retrace_the_program_pins_batch_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamo_module.DynamoExporter, "open_pinned_batch", lambda self, *args: args[1])
+    program = DynamoExporter().export(PooledAttention(), SAMPLE, DynamoConfig(dynamic=True))
+    assert pinned_batch_inputs(program) == ["hidden"]
+    with pytest.raises(AssertionError, match=r"hidden\.size\(\)\[0\]"):
+        program.module()(hidden=OTHER_BATCHES[1])
+
+
+def test_dynamo_program_serves_batch_1_and_3() -> None:
+    model = PooledAttention()
+    program = DynamoExporter().export(model, SAMPLE, DynamoConfig(dynamic=True))
+    assert pinned_batch_inputs(program) == []
+    for hidden in (SAMPLE["hidden"], *OTHER_BATCHES):
+        torch.testing.assert_close(program.module()(hidden=hidden), _eager(model, hidden))
+
+
+def test_saved_program_keeps_batch_1_open(tmp_path) -> None:
+    model = PooledAttention()
+    program = DynamoExporter().export(model, SAMPLE, DynamoConfig(dynamic=True))
+    path = tmp_path / "model.pt2"
+    DynamoExporter.save(program, str(path))
+    loaded = DynamoExporter.load(str(path))
+    for hidden in (SAMPLE["hidden"], OTHER_BATCHES[1]):
+        torch.testing.assert_close(loaded.module()(hidden=hidden), _eager(model, hidden))
+
+
+def test_onnx_program_serves_batch_1_and_3() -> None:
+    from hfexport.runtime.onnxruntime import OrtRunner
+
+    model = PooledAttention()
+    runner = OrtRunner(OnnxExporter().export(model, SAMPLE, OnnxConfig(dynamic=True)))
+    for hidden in (SAMPLE["hidden"], *OTHER_BATCHES):
+        (got,) = runner({"hidden": hidden}).values()
+        torch.testing.assert_close(got, _eager(model, hidden), atol=1e-5, rtol=1e-4)
