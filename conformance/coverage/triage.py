@@ -34,7 +34,60 @@ class Triage:
         )
 
 
-TRIAGE: tuple[Triage, ...] = ()
+TRIAGE: tuple[Triage, ...] = (
+    Triage(
+        r"^(ViTMAEModel|ViTMAEForPreTraining|VitsModel)$",
+        "dynamo",
+        r"mismatch|Guard failed",
+        STRUCTURAL,
+        "the forward draws random numbers (ViTMAE's patch masking noise, VITS's flow noise): two eager runs "
+        "differ, so no artifact can equal one of them; the batch-2 retrace's check against eager fails for the "
+        "same reason, so VITS keeps its batch-1 program",
+    ),
+    Triage(
+        r"^(ViTMAEModel|ViTMAEForPreTraining|VitsModel)$",
+        "onnx",
+        r"NOT_IMPLEMENTED.*Random(Uniform|Normal)Like",
+        STRUCTURAL,
+        "ONNX Runtime 1.32 has no CPU kernel for RandomUniformLike / RandomNormalLike at opset 22; the forward "
+        "is random anyway",
+    ),
+    Triage(
+        r"^PaliGemma",
+        "",
+        r"mismatch",
+        FIX,
+        "the tiny text config has use_bidirectional_attention=True: eager passes no mask and SDPA attends "
+        "bidirectionally, but under tracing create_causal_mask materialises a causal mask, so the graph attends "
+        "causally (decoder layer 1 differs by 0.04, plain torch.export too). The export must build the mask "
+        "eager's attention actually applies",
+    ),
+    Triage(
+        r"^ReformerModel",
+        "",
+        r"ReformerDynamicCache",
+        FIX,
+        "Reformer returns its own ReformerDynamicCache (not a transformers Cache subclass), which has no pytree "
+        "registration: register it, or bind use_cache=False for a plain export",
+    ),
+    Triage(
+        r"^SwitchTransformers",
+        "",
+        r"Couldn't swap Linear.weight",
+        FIX,
+        "the router runs self.classifier = self.classifier.to(self.dtype) inside forward; non-strict export cannot "
+        "swap a parameter mid-trace. A reversible patch that makes a same-dtype Module.to() a no-op while "
+        "tracing would fix it",
+    ),
+    Triage(
+        "",
+        "",
+        r"Guard failed: \w+\.size\(\)\[0\] (==|<=) 1|Guard failed: \w+\.size\(\)\[0\] < 2|gemm_input_reshape",
+        FIX,
+        "the batch-1 trace pinned the batch (a view legal only at batch 1); measured before the batch-2 retrace "
+        "(hfexport.batch_retrace) existed: re-measure",
+    ),
+)
 
 
 def triage(record: dict[str, Any]) -> Triage | None:
