@@ -79,14 +79,6 @@ TRIAGE: tuple[Triage, ...] = (
         "swap a parameter mid-trace. A reversible patch that makes a same-dtype Module.to() a no-op while "
         "tracing would fix it",
     ),
-    Triage(
-        "",
-        "",
-        r"Guard failed: \w+\.size\(\)\[0\] (==|<=) 1|Guard failed: \w+\.size\(\)\[0\] < 2|gemm_input_reshape",
-        FIX,
-        "the batch-1 trace pinned the batch (a view legal only at batch 1); measured before the batch-2 retrace "
-        "(hfexport.batch_retrace) existed: re-measure",
-    ),
 )
 
 
