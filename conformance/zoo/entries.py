@@ -200,6 +200,50 @@ def _vit() -> Any:
     )
 
 
+def _siglip_classifier() -> Any:
+    """SigLIP's image classifier: its pooling head is nn.MultiheadAttention(batch_first=True), whose transposed
+    projection made a batch-1 trace pin the batch (kept fixed by the exporter's batch-2 retrace)."""
+    return tf.SiglipForImageClassification(
+        tf.SiglipConfig(
+            vision_config=dict(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+                num_channels=3,
+            ),
+            text_config=dict(
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                intermediate_size=64,
+                vocab_size=64,
+                bos_token_id=1,
+                eos_token_id=2,
+                pad_token_id=0,
+            ),
+            num_labels=3,
+        )
+    )
+
+
+register(
+    ZooEntry(
+        "siglip_classifier",
+        "encoder-vision",
+        _siglip_classifier,
+        image_inputs,
+        checks=("export",),
+        sample=(1, 0),
+        batch=3,
+        seq=False,
+        one_token=False,
+    )
+)
+
+
 register(
     ZooEntry(
         "vit",
