@@ -8,6 +8,7 @@ larger init scale and a seed give a reference with varied tokens (tests/test_zoo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -186,77 +187,44 @@ def _roberta() -> Any:
 register(ZooEntry("roberta", "encoder-text", _roberta, text_inputs))
 
 
+# The tiny vision tower every image entry shares: TINY's widths over 32x32 images in 8x8 patches.
+TINY_VISION = {
+    **{k: TINY[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")},
+    "image_size": 32,
+    "patch_size": 8,
+    "num_channels": 3,
+}
+
+
 def _vit() -> Any:
-    return tf.ViTModel(
-        tf.ViTConfig(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            image_size=32,
-            patch_size=8,
-            num_channels=3,
-        )
-    )
+    return tf.ViTModel(tf.ViTConfig(**TINY_VISION))
 
 
 def _siglip_classifier() -> Any:
     """SigLIP's image classifier: its pooling head is nn.MultiheadAttention(batch_first=True), whose transposed
     projection made a batch-1 trace pin the batch (kept fixed by the exporter's batch-2 retrace)."""
-    return tf.SiglipForImageClassification(
-        tf.SiglipConfig(
-            vision_config=dict(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=64,
-                image_size=32,
-                patch_size=8,
-                num_channels=3,
-            ),
-            text_config=dict(
-                hidden_size=32,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                intermediate_size=64,
-                vocab_size=64,
-                bos_token_id=1,
-                eos_token_id=2,
-                pad_token_id=0,
-            ),
-            num_labels=3,
+    return tf.SiglipForImageClassification(tf.SiglipConfig(vision_config=TINY_VISION, text_config=TINY, num_labels=3))
+
+
+def _register_image_model(name: str, build: Callable[[], Any]) -> None:
+    """An image model checked on export only: batch-1 sample, batch 3 as the other size, no token axis."""
+    register(
+        ZooEntry(
+            name,
+            "encoder-vision",
+            build,
+            image_inputs,
+            checks=("export",),
+            sample=(1, 0),
+            batch=3,
+            seq=False,
+            one_token=False,
         )
     )
 
 
-register(
-    ZooEntry(
-        "siglip_classifier",
-        "encoder-vision",
-        _siglip_classifier,
-        image_inputs,
-        checks=("export",),
-        sample=(1, 0),
-        batch=3,
-        seq=False,
-        one_token=False,
-    )
-)
-
-
-register(
-    ZooEntry(
-        "vit",
-        "encoder-vision",
-        _vit,
-        image_inputs,
-        checks=("export",),
-        sample=(1, 0),
-        batch=3,
-        seq=False,
-        one_token=False,
-    )
-)
+_register_image_model("siglip_classifier", _siglip_classifier)
+_register_image_model("vit", _vit)
 
 
 def _t5() -> Any:
