@@ -66,14 +66,6 @@ def accept_batch_one(program: torch.export.ExportedProgram, names: list[str], sa
     return dropped
 
 
-def widen_to_two(graph_inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Every tensor whose leading axis is 1 repeated to 2 along it (the same example twice)."""
-    return {
-        k: v.repeat(2, *[1] * (v.dim() - 1)) if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == 1 else v
-        for k, v in graph_inputs.items()
-    }
-
-
 def differs_from_eager(model: Any, program: torch.export.ExportedProgram, inputs: Mapping[str, Any]) -> str:
     """Empty when ``program`` gives the eager model's outputs at ``inputs`` (run on copies); else what differs."""
     from torch.utils import _pytree

@@ -209,7 +209,7 @@ class DynamoExporter(HfExporter):
         plain = all(isinstance(v, torch.Tensor) for v in graph_inputs.values())  # a cache would be advanced
         if not names or not plain or not batch_retrace.batch_one_sample(graph_inputs, names):
             return program
-        wide = batch_retrace.widen_to_two(graph_inputs)
+        wide = shapes.widen_batch(graph_inputs)
         try:
             retraced = self._export(model, wide, shapes.auto_dynamic_shapes(wide), config)
         except HfExportError as exc:

@@ -31,7 +31,7 @@ import torch
 from .decode_calls import TOKEN_KEYS, accepts_attention_mask, explicit_mask, merge_decode_calls, static_decode_call
 from .errors import HfExportError
 from .patching import apply_patches
-from .shapes import BATCH_AXES
+from .shapes import widen_batch
 
 logger = logging.getLogger(__name__)
 
@@ -227,24 +227,6 @@ def _configs_by_component(exporter: Any, names: list[str], config: Any) -> dict[
         return {name: exporter.resolve_config(config[name]) for name in names}
     resolved = exporter.resolve_config(config)
     return {name: resolved for name in names}
-
-
-def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
-    """Repeat every tensor whose leading (batch) axis has size 1, ``batch`` times along it.
-
-    Every row is the same example, so generate() makes the same choices per row; images, audio
-    features and grids repeat with their token rows, so placeholders and features still agree. Inputs
-    with no batch axis (qwen2-vl's flattened patches of every image, ``shapes.BATCH_AXES``) repeat whole,
-    so the patches of the repeated images follow their repeated grid rows.
-    """
-
-    def widened(name: str, value: Any) -> Any:
-        if not isinstance(value, torch.Tensor) or not value.dim():
-            return value
-        patches = BATCH_AXES.get(name, {}).get(value.dim(), 0) is None
-        return value.repeat(batch, *[1] * (value.dim() - 1)) if patches or value.shape[0] == 1 else value
-
-    return {k: widened(k, v) for k, v in inputs.items()}
 
 
 def _dynamic_cache_export(config: Any, generation_config: Any) -> bool:

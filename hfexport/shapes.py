@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -150,3 +150,21 @@ def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, An
         if tensors[name].shape[axis] == size:
             out[name] = {**spec[name], axis: batch}
     return out
+
+
+def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
+    """Repeat every tensor whose leading (batch) axis has size 1, ``batch`` times along it.
+
+    Every row is the same example, so generate() makes the same choices per row; images, audio
+    features and grids repeat with their token rows, so placeholders and features still agree. Inputs
+    with no batch axis (qwen2-vl's flattened patches of every image, ``BATCH_AXES``) repeat whole,
+    so the patches of the repeated images follow their repeated grid rows.
+    """
+
+    def widened(name: str, value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or not value.dim():
+            return value
+        patches = BATCH_AXES.get(name, {}).get(value.dim(), 0) is None
+        return value.repeat(batch, *[1] * (value.dim() - 1)) if patches or value.shape[0] == 1 else value
+
+    return {k: widened(k, v) for k, v in inputs.items()}

@@ -189,7 +189,7 @@ def test_exported_components_drive_generate_to_the_eager_tokens(backend, tmp_pat
 
 
 def test_widen_batch_repeats_only_size_one_leading_axes():
-    from hfexport.generation import widen_batch
+    from hfexport.shapes import widen_batch
 
     inputs = {"input_ids": torch.tensor([[5, 6, 7]]), "pixel_values": torch.ones(1, 3, 2, 2),
               "grid": torch.tensor([[1, 2, 2], [1, 2, 2]]), "flag": True}
@@ -223,7 +223,7 @@ def test_served_cache_carries_the_sliding_layers_token_count():
 def test_widened_sample_keeps_flattened_patches_with_their_grid_rows():
     """qwen2-vl's pixel_values are the patches of every image, [patches, features], with no batch axis:
     widening repeats them whole, as it repeats the grid rows (16 patches for 2 grid rows failed generate())."""
-    from hfexport.generation import widen_batch
+    from hfexport.shapes import widen_batch
 
     inputs = {
         "input_ids": torch.ones(1, 10, dtype=torch.long),
