@@ -3,7 +3,7 @@
 Importing this package registers every built-in patch.
 """
 
-from . import attention, contiguity, moe, multimodal, sliding_window, ssm, vision  # noqa: F401  (register their patches)
+from . import attention, contiguity, module_to, moe, multimodal, sliding_window, ssm, vision  # noqa: F401  (register their patches)
 from .registry import (
     FX_NODE_FIXES,
     FX_PROGRAM_FIXES,

@@ -10,6 +10,8 @@ Remove when qwen3_moe exports and runs on both backends without this patch.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .registry import register_patch
 
 
@@ -28,3 +30,31 @@ def experts_as_batched_mm(original: dict) -> dict:
     if "grouped_mm" in patched and "batched_mm" in patched:
         patched["grouped_mm"] = original["batched_mm"]
     return patched
+
+
+# Expert containers that loop over the experts a batch hits (``nonzero()`` then ``for expert in hit``): the
+# loop's length and each expert's token count depend on the routing, so torch.export stops at a
+# data-dependent guard. During every export they run every expert on every token and keep each token's
+# own expert by its one-hot routing mask: the routed token gets expert(x) * weight * 1, every other term is
+# an exact zero, so the sum is what the loop's index_add gives (tokens dropped by the expert capacity get
+# zeros in both). Costs num_experts times the expert compute in the exported program, which is what a
+# static graph of a routed MoE pays anyway. Remove when these models adopt transformers' experts interface.
+DENSE_EXPERT_LOOPS = (
+    "transformers.models.switch_transformers.modeling_switch_transformers.SwitchTransformersExperts.forward",
+)
+
+
+@register_patch("dynamo", *DENSE_EXPERT_LOOPS)
+def _dense_one_hot_experts(original: Any) -> Any:
+    """Switch-style expert loops guard on data-dependent expert hits; run every expert, keep the routed one."""
+
+    def forward(self: Any, hidden_states: Any, selected_experts: Any, routing_weights: Any) -> Any:
+        # selected_experts: (tokens, 1, experts), one-hot, capacity overflow zeroed; routing_weights: (tokens, 1)
+        output = hidden_states.new_zeros(hidden_states.shape)
+        for index in range(self.num_experts):
+            routed = selected_experts[:, 0, index, None].to(routing_weights.dtype)
+            expert_out = self[f"expert_{index}"](hidden_states) * (routing_weights * routed)
+            output = output + expert_out.to(hidden_states.dtype)
+        return output
+
+    return forward

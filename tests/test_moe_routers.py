@@ -1,0 +1,113 @@
+"""Routers that cast themselves inside forward, and expert loops over the experts a batch hits, still export.
+
+SwitchTransformers' router runs ``self.classifier = self.classifier.to(self.dtype)`` on every call
+(``patching.module_to`` makes a same-dtype ``Module.to()`` a no-op while tracing), and its experts loop
+over ``nonzero()`` routing hits (``patching.moe`` runs every expert and keeps the routed one). Each test
+that checks a fix has a twin that removes the patch and watches the export fail the way it did before.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import DynamoConfig, DynamoExporter
+from hfexport.errors import HfExportError
+from hfexport.patching import PATCHES
+from hfexport.patching.module_to import changes_nothing
+
+
+class SelfCastingRouter(torch.nn.Module):
+    """SwitchTransformers' router in miniature: it re-casts its classifier on every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.classifier = torch.nn.Linear(8, 4)
+        self.register_buffer("steps", torch.zeros(1, dtype=torch.int64))
+        self.dtype = torch.float32
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        self.classifier = self.classifier.to(self.dtype)
+        return self.classifier(hidden.to(self.dtype)).softmax(-1)
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, path_suffix: str) -> None:
+    kept = [patch for patch in PATCHES["dynamo"] if not patch.path.endswith(path_suffix)]
+    assert len(kept) < len(PATCHES["dynamo"]), f"no dynamo patch ends with {path_suffix}"
+    monkeypatch.setitem(PATCHES, "dynamo", kept)
+
+
+def test_a_same_dtype_to_changes_nothing_and_a_real_cast_does() -> None:
+    router = SelfCastingRouter()
+    assert changes_nothing(router, torch.float32)
+    assert changes_nothing(router, "cpu")
+    assert changes_nothing(router, device="cpu", dtype=torch.float32)
+    assert not changes_nothing(router, torch.float64)  # the float parameters would change
+    assert not changes_nothing(router, memory_format=torch.channels_last)
+    assert not changes_nothing(router, torch.int64)  # the original refuses it with its own error
+    assert changes_nothing(router.half().float(), torch.float32)
+
+
+def test_a_router_that_casts_itself_exports_and_matches() -> None:
+    router = SelfCastingRouter()
+    hidden = torch.randn(2, 5, 8)
+    program = DynamoExporter().export(router, {"hidden": hidden}, DynamoConfig(dynamic=True))
+    other = torch.randn(3, 7, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(hidden=other), router(other))
+    assert router.classifier.weight.dtype == torch.float32
+
+
+def test_without_the_patch_the_self_cast_fails_to_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without(monkeypatch, "torch.nn.Module.to")
+    with pytest.raises(HfExportError, match="Couldn't swap"):
+        DynamoExporter().export(SelfCastingRouter(), {"hidden": torch.randn(2, 5, 8)}, DynamoConfig(dynamic=True))
+
+
+def _tiny_switch() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    from transformers import SwitchTransformersConfig, SwitchTransformersForConditionalGeneration
+
+    config = SwitchTransformersConfig(
+        vocab_size=64,
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=2,
+        num_experts=4,
+        expert_capacity=3,  # below the token count, so capacity overflow is exercised
+        encoder_sparse_step=1,
+        decoder_sparse_step=1,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = SwitchTransformersForConditionalGeneration(config).eval()
+    inputs = {
+        "input_ids": torch.randint(1, 64, (1, 6)),
+        "attention_mask": torch.ones(1, 6, dtype=torch.int64),
+        "decoder_input_ids": torch.randint(1, 64, (1, 3)),
+    }
+    return model, inputs
+
+
+def test_switch_transformers_exports_dynamic_and_matches_eager() -> None:
+    model, inputs = _tiny_switch()
+    program = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+    other = {
+        "input_ids": torch.randint(1, 64, (2, 9)),
+        "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1], [1] * 9]),
+        "decoder_input_ids": torch.randint(1, 64, (2, 4)),
+    }
+    for feed in (inputs, other):
+        with torch.no_grad():
+            expected = model(**feed).logits
+        torch.testing.assert_close(program.module()(**feed).logits, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_without_the_dense_experts_switch_stops_at_a_data_dependent_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without(monkeypatch, "SwitchTransformersExperts.forward")
+    model, inputs = _tiny_switch()
+    with pytest.raises(HfExportError, match="data-dependent"):
+        DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
