@@ -348,3 +348,37 @@ def test_failed_save_leaves_no_file(exported, tmp_path, monkeypatch):
         OnnxExporter.save(program, str(tmp_path / "m.onnx"))
     assert info.value.stage == "save"
     assert list(tmp_path.iterdir()) == []
+
+
+class _MultiQueryAttention(torch.nn.Module):
+    """Falcon's multi-query attention: one key/value head that SDPA broadcasts over every query head."""
+
+    def forward(self, query, key, value, mask):
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+
+
+def _multi_query_sample():
+    torch.manual_seed(0)
+    mask = torch.ones(1, 1, 6, 6, dtype=torch.bool).tril()
+    return {"query": torch.randn(1, 4, 6, 8), "key": torch.randn(1, 1, 6, 8), "value": torch.randn(1, 1, 6, 8),
+            "mask": mask}
+
+
+def test_sdpa_with_one_broadcast_key_value_head_translates_and_matches():
+    sample = _multi_query_sample()
+    program = OnnxExporter().export(_MultiQueryAttention(), sample, OnnxConfig(dynamic=True))
+    run = OrtRunner(program)
+    torch.manual_seed(1)
+    other = {"query": torch.randn(2, 4, 9, 8), "key": torch.randn(2, 1, 9, 8), "value": torch.randn(2, 1, 9, 8),
+             "mask": torch.ones(2, 1, 9, 9, dtype=torch.bool).tril()}
+    for feed in (sample, other):
+        torch.testing.assert_close(run.run_flat(feed)["output"], _MultiQueryAttention()(**feed), atol=1e-5, rtol=1e-4)
+
+
+def test_without_the_broadcast_case_torchs_translation_refuses_one_key_value_head(monkeypatch):
+    from hfexport.patching import onnx_fixes
+
+    monkeypatch.setattr(onnx_fixes, "ONNX_TRANSLATIONS",
+                        [t for t in onnx_fixes.ONNX_TRANSLATIONS if "scaled_dot_product" not in str(t.target)])
+    with pytest.raises(HfExportError, match="q_num_heads = kv_num_heads|scaled_dot_product_attention"):
+        OnnxExporter().export(_MultiQueryAttention(), _multi_query_sample(), OnnxConfig(dynamic=True))

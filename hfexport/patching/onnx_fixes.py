@@ -188,8 +188,10 @@ def _index_copy_along_axis(self: Any, dim: int, index: Any, source: Any) -> Any:
     reason="torch's SDPA translation (opset 23 Attention) checks q/k/v head counts statically and raises 'SDPA (MHA) "
     "requires q_num_heads = kv_num_heads' when the query's head axis is a symbolic expression, as after T5's "
     "view(*shape, -1, head_dim) traced with a size-1 batch and query (export t5's decode component). With "
-    "symbolic heads we emit the attention math ourselves; otherwise torch's translation runs unchanged. Remove when "
-    "the check tolerates symbolic head counts.",
+    "symbolic heads we emit the attention math ourselves. The same check refuses a single key/value head that "
+    "torch broadcasts over every query head without enable_gqa (Falcon's multi-query attention calls SDPA that "
+    "way); that too gets the math, where MatMul broadcasts the head. Otherwise torch's translation runs unchanged. "
+    "Remove when the check tolerates symbolic head counts and broadcast key/value heads.",
 )
 def _sdpa_with_symbolic_heads(
     query: Any,
@@ -205,7 +207,8 @@ def _sdpa_with_symbolic_heads(
 
     heads = [t.shape[1] if t.shape is not None and len(t.shape) == 4 else None for t in (query, key, value)]
     static = all(isinstance(h, int) for h in heads)
-    if static or is_causal or enable_gqa or dropout_p:
+    broadcast_heads = static and heads[1] == heads[2] == 1 and heads[0] != 1  # multi-query without enable_gqa
+    if (static and not broadcast_heads) or is_causal or enable_gqa or dropout_p:
         return torchlib_nn.aten_scaled_dot_product_attention_23(
             query, key, value, attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
         )
