@@ -382,3 +382,32 @@ def test_without_the_broadcast_case_torchs_translation_refuses_one_key_value_hea
                         [t for t in onnx_fixes.ONNX_TRANSLATIONS if "scaled_dot_product" not in str(t.target)])
     with pytest.raises(HfExportError, match="q_num_heads = kv_num_heads|scaled_dot_product_attention"):
         OnnxExporter().export(_MultiQueryAttention(), _multi_query_sample(), OnnxConfig(dynamic=True))
+
+
+class _SqueezeWideAxis(torch.nn.Module):
+    """ParakeetForRNNT's joint output: squeeze(2) of an axis that is not 1 leaves the tensor unchanged in torch."""
+
+    def forward(self, hidden):
+        return (hidden * 2).squeeze(2).squeeze(-1)
+
+
+def _squeeze_sample():
+    return {"hidden": torch.randn(2, 5, 3, 1)}
+
+
+def test_squeeze_of_an_axis_that_is_not_one_is_a_no_op_in_onnx_too():
+    sample = _squeeze_sample()
+    program = OnnxExporter().export(_SqueezeWideAxis(), sample, OnnxConfig(dynamic=False))
+    out = OrtRunner(program).run_flat(sample)["output"]
+    torch.testing.assert_close(out, _SqueezeWideAxis()(**sample))
+    assert out.shape == (2, 5, 3)
+
+
+def test_without_the_squeeze_translation_ort_refuses_the_model(monkeypatch, tmp_path):
+    from hfexport.patching import onnx_fixes
+
+    monkeypatch.setattr(onnx_fixes, "ONNX_TRANSLATIONS",
+                        [t for t in onnx_fixes.ONNX_TRANSLATIONS if "squeeze" not in str(t.target)])
+    program = OnnxExporter().export(_SqueezeWideAxis(), _squeeze_sample(), OnnxConfig(dynamic=False))
+    with pytest.raises(Exception, match="must be 1|Squeeze"):
+        OrtRunner(program).run_flat(_squeeze_sample())

@@ -162,6 +162,27 @@ def _is_all_true(x: Any) -> Any:
 
 
 @register_onnx_translation(
+    "torch.ops.aten.squeeze.dim",
+    reason="torchlib writes aten.squeeze.dim as ONNX Squeeze on that axis whatever its size, but torch's squeeze of "
+    "an axis that is not 1 leaves the tensor as it is; ORT then refuses the model at load ('Dimension of input 2 "
+    "must be 1 instead of 3', ParakeetForRNNT's joint output squeeze(2)). An axis whose size is a known number other "
+    "than 1 becomes an Identity. Remove when torchlib's squeeze.dim checks the axis size.",
+)
+def _squeeze_dim_like_torch(self: Any, dim: int) -> Any:
+    from onnxscript import opset18
+
+    op: Any = opset18  # its stubs type outputs as unions of tensor types that mypy cannot narrow
+
+    shape = self.shape
+    if shape is None or len(shape) == 0:
+        return op.Identity(self)
+    size = shape[dim % len(shape)]
+    if isinstance(size, int) and size != 1:
+        return op.Identity(self)
+    return op.Squeeze(self, op.Constant(value_ints=[dim]))
+
+
+@register_onnx_translation(
     "torch.ops.aten.index_copy.default",
     reason="torch decomposes index_copy (a StaticCache's update along the sequence axis) into index_put, which "
     "torchlib writes as Transpose -> ScatterND -> Transpose: two full copies of every layer's cache per decode step, "
