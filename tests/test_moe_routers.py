@@ -111,3 +111,34 @@ def test_without_the_dense_experts_switch_stops_at_a_data_dependent_guard(monkey
     model, inputs = _tiny_switch()
     with pytest.raises(HfExportError, match="data-dependent"):
         DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+
+
+class EagerAttentionScores(torch.nn.Module):
+    """Eager attention's scores, as models without an SDPA path compute them (SwitchTransformers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.q = torch.nn.Linear(8, 8)
+        self.k = torch.nn.Linear(8, 8)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        b, s, _ = hidden.shape
+        query = self.q(hidden).view(b, s, 2, 4).transpose(1, 2)
+        key = self.k(hidden).view(b, s, 2, 4).transpose(1, 2)
+        return torch.matmul(query, key.transpose(2, 3)).softmax(-1)
+
+
+def test_eager_attention_traced_at_six_tokens_serves_one() -> None:
+    model = EagerAttentionScores()
+    program = DynamoExporter().export(model, {"hidden": torch.randn(1, 6, 8)}, DynamoConfig(dynamic=True))
+    for hidden in (torch.randn(1, 1, 8), torch.randn(3, 9, 8)):
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(hidden=hidden), model(hidden))
+
+
+def test_without_the_matmul_patch_eager_attention_refuses_one_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without(monkeypatch, "torch.matmul")
+    program = DynamoExporter().export(EagerAttentionScores(), {"hidden": torch.randn(1, 6, 8)}, DynamoConfig(dynamic=True))
+    with pytest.raises(AssertionError, match=r"Guard failed: hidden\.size\(\)\[1\] != 1"):
+        program.module()(hidden=torch.randn(1, 1, 8))

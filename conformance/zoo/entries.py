@@ -247,6 +247,31 @@ def _t5() -> Any:
 register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, seed=3))
 
 
+def _switch_transformers() -> Any:
+    """T5 with top-1 routed experts: the router re-casts itself inside forward and the experts loop over the
+    experts a batch hits; the exporter keeps both traceable (checked on the plain export)."""
+    return tf.SwitchTransformersForConditionalGeneration(
+        tf.SwitchTransformersConfig(
+            d_model=32,
+            d_ff=64,
+            d_kv=8,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            vocab_size=128,
+            num_experts=4,
+            expert_capacity=4,
+            encoder_sparse_step=1,
+            decoder_sparse_step=1,
+            decoder_start_token_id=0,
+            relative_attention_num_buckets=8,
+        )
+    )
+
+
+register(ZooEntry("switch_transformers", "encoder-decoder", _switch_transformers, seq2seq_inputs, checks=("export",)))
+
+
 # The stacks of the BART-style encoder-decoders (bart, mbart) and of whisper.
 TINY_ENCODER_DECODER = dict(
     d_model=32,

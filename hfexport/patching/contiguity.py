@@ -1,4 +1,4 @@
-"""``Tensor.contiguous()`` without a guard on symbolic sizes.
+"""``Tensor.contiguous()`` and ``torch.matmul`` without a guard on symbolic sizes.
 
 ``contiguous()`` returns the tensor itself when it is already contiguous, else a copy, and
 decides which with a hard guard on ``is_contiguous()``. For a transposed view such as
@@ -10,6 +10,14 @@ During export, a tensor whose contiguity depends on symbolic sizes is copied int
 memory instead (same values; only the aliasing differs, which a functional graph does not
 observe). Tensors that are contiguous for every size, and tensors with static shapes, go
 through the original method, so graphs that did not guard are unchanged.
+
+``torch.matmul`` of two >= 3-D tensors folds their batch axes into one by ``reshape``, a view only when
+the memory allows it: for eager attention's ``query @ key.transpose(2, 3)`` over ``view(b, s, h, d)
+.transpose(1, 2)`` projections that is again ``s == 1`` (SwitchTransformers, which has no SDPA path,
+refused one-token inputs; the reshape's view check guards even where the batch axes fold, as for
+``key.transpose(2, 3)`` of a contiguous cache). During export a >= 3-D operand that is not contiguous
+for every size is copied into contiguous memory first: one copy of the query and of the transposed key
+per eager attention call, the price of a program that serves every query length.
 """
 
 from __future__ import annotations
@@ -56,3 +64,19 @@ def _patch_contiguous(original: Any) -> Any:
         return self.clone(memory_format=memory_format)
 
     return contiguous
+
+
+@register_patch("dynamo", "torch.matmul")
+def _patch_matmul(original: Any) -> Any:
+    """torch.matmul of transposed 4-D views (eager attention's query @ key^T) guards query length != 1; copy first."""
+
+    def matmul(input: Any, other: Any, **kwargs: Any) -> Any:
+        operands = (input, other)
+        if all(isinstance(t, torch.Tensor) and t.dim() >= 3 for t in operands):
+            input, other = (
+                t.clone(memory_format=torch.contiguous_format) if _symbolic(t) and not known_contiguous(t) else t
+                for t in operands
+            )
+        return original(input, other, **kwargs)
+
+    return matmul
