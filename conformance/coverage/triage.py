@@ -71,13 +71,48 @@ TRIAGE: tuple[Triage, ...] = (
         "registration: register it, or bind use_cache=False for a plain export",
     ),
     Triage(
-        r"^SwitchTransformers",
+        r"^Funnel",
         "",
-        r"Couldn't swap Linear.weight",
+        r"input_ids.size\(\)\[1\] ==|input 'input_ids' has shape",
+        STRUCTURAL,
+        "Funnel's relative-shift attention builds its position tables from Python lists (pos = list(range(seq_len)), "
+        "pooled per block); transformers keeps them Python ints on purpose so export sees static sizes. The graph is "
+        "one sequence length's, so a dynamic export serves only the sample's length",
+    ),
+    Triage(
+        r"^Rwkv",
+        "",
+        r"input_ids.size\(\)\[1\] ==|input 'input_ids' has shape",
         FIX,
-        "the router runs self.classifier = self.classifier.to(self.dtype) inside forward; non-strict export cannot "
-        "swap a parameter mid-trace. A reversible patch that makes a same-dtype Module.to() a no-op while "
-        "tracing would fix it",
+        "rwkv_linear_attention_cpu runs the WKV recurrence as a Python loop over the sequence, unrolled by the trace "
+        "into one length's graph. The recurrence must be traced as a scan (the way the SSM patches handle Mamba's "
+        "selective scan) for a dynamic sequence",
+    ),
+    Triage(
+        r"^LED",
+        "",
+        r"GuardOnDataDependentSymNode",
+        FIX,
+        "LED's Longformer attention branches on is_index_global_attn.flatten().any().item() and chunks with "
+        "as_strided sizes that follow from it: control flow on tensor values. Needs the global-attention branch "
+        "as torch.cond (or a patch that always takes the general path)",
+    ),
+    Triage(
+        r"^OpenAIPrivacyFilter",
+        "",
+        r"GuardOnDataDependentSymNode",
+        FIX,
+        "the model pins its experts to experts_implementation='eager' (accumulation-order sensitive), the loop over "
+        "nonzero() expert hits, which guards on data-dependent sizes. Needs a traceable form of that loop with the "
+        "same fp32 accumulation (the dense form used for SwitchTransformers' experts)",
+    ),
+    Triage(
+        r"^Parakeet",
+        "",
+        r"decoder_input_ids.size\(\)\[1\] ==|input 'decoder_input_ids' has shape",
+        FIX,
+        "the RNN-T prediction network is an nn.LSTM, which torch.export decomposes into one cell per time step: the "
+        "graph is the sample's decoder length (3). Needs the LSTM traced as a loop over a symbolic length",
     ),
 )
 
