@@ -371,6 +371,7 @@ def test_sdpa_with_one_broadcast_key_value_head_translates_and_matches():
     torch.manual_seed(1)
     other = {"query": torch.randn(2, 4, 9, 8), "key": torch.randn(2, 1, 9, 8), "value": torch.randn(2, 1, 9, 8),
              "mask": torch.ones(2, 1, 9, 9, dtype=torch.bool).tril()}
+    other["mask"][0, :, :, :3] = False  # left padding: the first three query rows of row 0 see nothing (zeros)
     for feed in (sample, other):
         torch.testing.assert_close(run.run_flat(feed)["output"], _MultiQueryAttention()(**feed), atol=1e-5, rtol=1e-4)
 

@@ -71,13 +71,23 @@ TRIAGE: tuple[Triage, ...] = (
         "registration: register it, or bind use_cache=False for a plain export",
     ),
     Triage(
-        r"^Funnel",
+        r"^(Funnel|CpmAnt)",
         "",
         r"input_ids.size\(\)\[1\] ==|input 'input_ids' has shape",
-        STRUCTURAL,
-        "Funnel's relative-shift attention builds its position tables from Python lists (pos = list(range(seq_len)), "
-        "pooled per block); transformers keeps them Python ints on purpose so export sees static sizes. The graph is "
-        "one sequence length's, so a dynamic export serves only the sample's length",
+        FIX,
+        "the forward builds position tables from Python lists of range(seq_len) (Funnel's relative-shift "
+        "attention: pos = list(range(seq_len)), pooled per block, kept Python ints on purpose so export sees static "
+        "sizes; CpmAnt's mask: torch.tensor(list(range(seqlen - prompt_length))[::-1])), so the graph is one "
+        "sequence length's. Needs a patch that builds the same tables with arange",
+    ),
+    Triage(
+        r"^FastSpeech2Conformer",
+        "",
+        r"GuardOnDataDependentSymNode",
+        FIX,
+        "the length regulator repeats each phoneme by its predicted duration, so the spectrogram length is a tensor "
+        "value; the trace guards on it. Needs those sizes kept as unbacked symbols (torch._check'd) through the "
+        "decoder",
     ),
     Triage(
         r"^Rwkv",

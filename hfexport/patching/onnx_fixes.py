@@ -237,7 +237,8 @@ def _sdpa_with_symbolic_heads(
 
 
 def _attention_math(query: Any, key: Any, value: Any, attn_mask: Any, scale: float | None) -> Any:
-    """softmax(q @ k^T * scale + mask) @ v with every size read at run time (no static head check)."""
+    """softmax(q @ k^T * scale + mask) @ v with every size read at run time (no static head check); rows the
+    mask hides entirely give zeros, as torch's SDPA does."""
     import onnx_ir as ir
     from onnxscript import opset18
 
@@ -255,7 +256,10 @@ def _attention_math(query: Any, key: Any, value: Any, attn_mask: Any, scale: flo
             scores = op.Where(attn_mask, scores, op.CastLike(op.Constant(value_float=float("-inf")), query))
         else:
             scores = op.Add(scores, attn_mask)
-    return op.MatMul(op.Softmax(scores, axis=-1), value)
+    probabilities = op.Softmax(scores, axis=-1)
+    # A query row the mask hides entirely softmaxes -inf over -inf: NaN. torch's SDPA gives that row zeros.
+    probabilities = op.Where(op.IsNaN(probabilities), op.CastLike(op.Constant(value_float=0.0), query), probabilities)
+    return op.MatMul(probabilities, value)
 
 
 @register_onnx_ir_fix(
