@@ -227,21 +227,22 @@ _register_image_model("siglip_classifier", _siglip_classifier)
 _register_image_model("vit", _vit)
 
 
+# The T5-style stacks (t5, switch_transformers): relative position buckets, no learned positions.
+TINY_T5 = dict(
+    d_model=32,
+    d_ff=64,
+    d_kv=8,
+    num_layers=2,
+    num_decoder_layers=2,
+    num_heads=4,
+    vocab_size=128,
+    decoder_start_token_id=0,
+    relative_attention_num_buckets=8,
+)
+
+
 def _t5() -> Any:
-    return tf.T5ForConditionalGeneration(
-        tf.T5Config(
-            d_model=32,
-            d_ff=64,
-            d_kv=8,
-            num_layers=2,
-            num_decoder_layers=2,
-            num_heads=4,
-            vocab_size=128,
-            decoder_start_token_id=0,
-            relative_attention_num_buckets=8,
-            initializer_factor=5.0,
-        )
-    )
+    return tf.T5ForConditionalGeneration(tf.T5Config(**TINY_T5, initializer_factor=5.0))
 
 
 register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, seed=3))
@@ -250,23 +251,10 @@ register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, 
 def _switch_transformers() -> Any:
     """T5 with top-1 routed experts: the router re-casts itself inside forward and the experts loop over the
     experts a batch hits; the exporter keeps both traceable (checked on the plain export)."""
-    return tf.SwitchTransformersForConditionalGeneration(
-        tf.SwitchTransformersConfig(
-            d_model=32,
-            d_ff=64,
-            d_kv=8,
-            num_layers=2,
-            num_decoder_layers=2,
-            num_heads=4,
-            vocab_size=128,
-            num_experts=4,
-            expert_capacity=4,
-            encoder_sparse_step=1,
-            decoder_sparse_step=1,
-            decoder_start_token_id=0,
-            relative_attention_num_buckets=8,
-        )
+    config = tf.SwitchTransformersConfig(
+        **TINY_T5, num_experts=4, expert_capacity=4, encoder_sparse_step=1, decoder_sparse_step=1
     )
+    return tf.SwitchTransformersForConditionalGeneration(config)
 
 
 register(ZooEntry("switch_transformers", "encoder-decoder", _switch_transformers, seq2seq_inputs, checks=("export",)))
