@@ -68,19 +68,11 @@ def test_without_the_patch_the_self_cast_fails_to_export(monkeypatch: pytest.Mon
 def _tiny_switch() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     from transformers import SwitchTransformersConfig, SwitchTransformersForConditionalGeneration
 
+    from conformance.zoo.entries import TINY_T5
+
+    # expert_capacity below the tokens a batch routes, so capacity overflow (zeroed tokens) is exercised
     config = SwitchTransformersConfig(
-        vocab_size=64,
-        d_model=16,
-        d_kv=4,
-        d_ff=32,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=2,
-        num_experts=4,
-        expert_capacity=3,  # below the token count, so capacity overflow is exercised
-        encoder_sparse_step=1,
-        decoder_sparse_step=1,
-        decoder_start_token_id=0,
+        **{**TINY_T5, "vocab_size": 64}, num_experts=4, expert_capacity=3, encoder_sparse_step=1, decoder_sparse_step=1
     )
     torch.manual_seed(0)
     model = SwitchTransformersForConditionalGeneration(config).eval()
