@@ -240,3 +240,27 @@ def test_every_failing_cell_is_listed_with_its_triage_or_as_not_triaged(monkeypa
     assert "| SiglipForImageClassification | dynamo | run: AssertionError: Guard failed: x.size()[<n>] == <n> | fix: view pins batch |" in text
     assert "| SiglipForImageClassification | onnx |" in text and "| HieraModel | dynamo |" in text
     assert text.count("not triaged |") == 2 and "BertModel" not in text
+
+
+# -- report -------------------------------------------------------------------------------------------------
+
+
+def test_the_time_section_says_what_finishing_the_default_scope_takes():
+    from conformance.coverage import report
+
+    versions = {"torch": "2.13.0", "transformers": "5.23.0", "impl_version": "0.1.0", "sweep": "3"}
+
+    def cell(arch: str, backend: str) -> dict:
+        return {"arch": arch, "head": "causal_lm", "backend": backend, "status": "pass", "stage": "", "message": "",
+                "seconds": 10.0, "checks": {}, "build": {}, "versions": versions, "model_type": arch.lower()}
+
+    data = {
+        "impl": "hfexport",
+        "cells": {f"{a}|causal_lm|{b}": cell(a, b) for a in ("A", "B") for b in ("dynamo", "onnx")},
+        "runs": [{"seconds": 40.0, "measured": 4, "reused": 0, "command": "python -m conformance.coverage",
+                  "started": "2026-12-04T00:00:00+00:00", "versions": versions, "impl_revision": "abc"}],
+    }
+    # 10 classes, 5 of them in the default scope (two measured): 6 scope cells left at 10 s per cell.
+    text = report.render({"hfexport": data}, 10, None, type_scope={"A", "B", "C", "D", "E"})
+    assert "the 16 cells not yet measured need about 0.0 h more" in text
+    assert "Of the default scope (one class per model type, 5 classes), 6 cells are not yet measured" in text

@@ -193,7 +193,14 @@ def chart(table: dict[str, dict[str, dict[str, int]]], path: Path) -> Path | Non
     return path
 
 
-def render(datas: dict[str, dict[str, Any] | None], enumerated: int | None, chart_name: str | None) -> str:
+def render(
+    datas: dict[str, dict[str, Any] | None],
+    enumerated: int | None,
+    chart_name: str | None,
+    type_scope: set[str] | None = None,
+) -> str:
+    """The report's markdown; ``type_scope``: the classes of the default sweep scope (one per model type), so the
+    time section also says what finishing that scope would take."""
     cells = {impl: _cells(d) for impl, d in datas.items()}
     archs_by_impl = {impl: {(r["arch"], r["backend"]) for r in c.values()} for impl, c in cells.items()}
     common_pairs = set.intersection(*archs_by_impl.values()) if archs_by_impl else set()
@@ -260,6 +267,13 @@ def render(datas: dict[str, dict[str, Any] | None], enumerated: int | None, char
                 f"the sweep's workers in parallel); the {max(todo, 0)} cells not yet measured need about "
                 f"{max(todo, 0) * wall / done / 3600:.1f} h more at that rate."
             )
+            if type_scope:
+                in_scope = sum(1 for r in cells[impl].values() if r["arch"] in type_scope)
+                todo_types = max(len(type_scope) * len(timing) - in_scope, 0)
+                line += (
+                    f" Of the default scope (one class per model type, {len(type_scope)} classes), {todo_types} cells "
+                    f"are not yet measured: about {todo_types * wall / done / 3600:.1f} h more."
+                )
         lines.append(line)
     lines += ["", "## Shares per backend", ""]
     table = {impl: shares(cells[impl], common[impl]) for impl in cells}
@@ -356,12 +370,14 @@ def _md(text: str) -> str:
 def write_report(out: Path, markdown: Path) -> Path:
     datas = {impl: load(Path(out) / f"{impl}.json") for impl in IMPLS}
     enumerated: int | None
+    type_scope: set[str] | None
     try:
         from .enumerate import architectures
 
         enumerated = len(architectures())
+        type_scope = {arch.name for arch in architectures(scope="types")}
     except Exception:
-        enumerated = None
+        enumerated, type_scope = None, None
     png = markdown.with_suffix(".png")
     cells = {impl: _cells(d) for impl, d in datas.items()}
     pairs = [{(r["arch"], r["backend"]) for r in c.values()} for c in cells.values()]
@@ -372,7 +388,7 @@ def write_report(out: Path, markdown: Path) -> Path:
     }
     drawn = chart(table, png)
     markdown.parent.mkdir(parents=True, exist_ok=True)
-    markdown.write_text(render(datas, enumerated, drawn.name if drawn else None))
+    markdown.write_text(render(datas, enumerated, drawn.name if drawn else None, type_scope))
     return markdown
 
 
