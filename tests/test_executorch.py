@@ -486,3 +486,33 @@ def test_sequence_bound_follows_the_models_position_limit(config, max_length, bo
     model.config = getattr(transformers, config)()
     assert sequence_bound(model, max_length) == bound
     assert sequence_bound(object(), 2048) == 2048  # not a transformers model: the exporter's bound
+
+
+class TopProbability(torch.nn.Module):
+    """SwitchTransformers' router output: the top probability per token, unsqueezed back to [batch, seq, 1]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.classifier = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max(self.classifier(x).softmax(-1), dim=-1).values.unsqueeze(-1) * x
+
+
+def test_an_unsqueeze_with_two_dynamic_dims_lowers_and_matches():
+    model = TopProbability().eval()
+    program = ExecutorchExporter().export(model, _tiny_sample(), ExecutorchConfig(dynamic=True))
+    for sample in (_tiny_sample(), _tiny_sample(batch=3, seq=5)):
+        got = ExecutorchRunner(program)(sample)
+        with torch.no_grad():
+            torch.testing.assert_close(next(iter(flatten_named(got).values())), model(**sample), atol=1e-5, rtol=1e-4)
+
+
+def test_without_the_partitioner_check_xnnpack_refuses_the_unsqueeze(monkeypatch):
+    from hfexport.patching import PATCHES
+    from hfexport.patching.executorch_fixes import LOWERING
+
+    monkeypatch.setitem(PATCHES, LOWERING, [p for p in PATCHES[LOWERING] if "UnsqueezeCopyConfig" not in p.path])
+    with pytest.raises(HfExportError, match="only supports 1 dynamic dimension"):
+        ExecutorchExporter().export(TopProbability().eval(), _tiny_sample(), ExecutorchConfig(dynamic=True))

@@ -74,6 +74,28 @@ register_patch(
 )(_tensor_list_return_validator)
 
 
+def _one_dynamic_dim_unsqueeze(original: Any) -> Any:
+    def check_constraints(self: Any, node: torch.fx.Node, ep: Any) -> bool:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            dynamic = [size for size in value.shape if isinstance(size, torch.SymInt) and size.node.expr.free_symbols]
+            if len(dynamic) > 1:
+                return False  # XNNPACK's static reshape takes one dynamic dimension: keep it out of the delegate
+        return bool(original(self, node, ep))
+
+    return check_constraints
+
+
+register_patch(
+    LOWERING,
+    "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
+    reason="XNNPACK's partitioner takes an unsqueeze_copy whose output has two dynamic dimensions (batch and "
+    "sequence: SwitchTransformers' router_probs.unsqueeze(-1)), then its visitor refuses it at lowering ('XNNPACK "
+    "reshape only supports 1 dynamic dimension'); the constraint the visitor checks is applied at partitioning, so "
+    "the node runs in the portable kernels. Remove when UnsqueezeCopyConfig checks the dynamic dimensions.",
+)(_one_dynamic_dim_unsqueeze)
+
+
 @contextlib.contextmanager
 def lowering_patches() -> Iterator[None]:
     """The ``executorch_lowering`` set, for the EXIR passes."""
