@@ -166,7 +166,8 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
                 ),
                 "seconds": round(time.time() - started, 1),
                 "architectures": len(archs),
-                "measured": total,
+                "measured": sum(counts.values()),  # cells recorded; a budget can leave planned ones unmeasured
+                "planned": total,
                 "reused": reused,
                 "left_for_later": left,
                 "jobs": args.jobs,
@@ -177,7 +178,8 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
         )
         store.save()
     print(
-        f"{impl}: {len(archs)} architectures, {total} cells measured, {reused} reused in "
+        f"{impl}: {len(archs)} architectures, {sum(counts.values())} of {total} planned cells measured, {reused} "
+        "reused in "
         f"{time.time() - started:.0f} s: "
         + ", ".join(f"{v} {k}" for k, v in counts.items())
         + (f"; {left} architectures left for a resumed sweep (--budget)" if left else ""),
