@@ -264,3 +264,26 @@ def test_the_time_section_says_what_finishing_the_default_scope_takes():
     text = report.render({"hfexport": data}, 10, None, type_scope={"A", "B", "C", "D", "E"})
     assert "the 16 cells not yet measured need about 0.0 h more" in text
     assert "Of the default scope (one class per model type, 5 classes), 6 cells are not yet measured" in text
+
+
+def test_a_budgeted_sweep_records_the_cells_it_measured_not_the_ones_it_planned(monkeypatch, tmp_path):
+    """A sweep whose budget runs out stores how many cells it measured: the report's rate divides by it."""
+    import json
+
+    from conformance.coverage import cli, runner
+
+    class HalfSweep:
+        def __init__(self, impl, on_record, **_):
+            self.on_record = on_record
+
+        def run(self, tasks, deadline=None):
+            first = tasks[0]
+            for backend in first.backends:
+                self.on_record(first.arch, backend, {"status": "pass", "stage": "", "message": "", "checks": {}})
+            return len(tasks) - 1
+
+    monkeypatch.setattr(runner, "Sweep", HalfSweep)
+    args = cli.parse_args(["--only", "^(LlamaForCausalLM|BertModel)$", "--out", str(tmp_path), "--no-progress"])
+    cli.sweep(args, "test")
+    run = json.loads((tmp_path / "hfexport.json").read_text())["runs"][-1]
+    assert (run["measured"], run["planned"], run["left_for_later"]) == (2, 4, 1)
