@@ -24,7 +24,7 @@ class SelfCastingRouter(torch.nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.classifier = torch.nn.Linear(8, 4)
-        self.register_buffer("steps", torch.zeros(1, dtype=torch.int64))
+        self.register_buffer("steps", torch.zeros(1, dtype=torch.int64))  # Module.to(float32) leaves it int64
         self.dtype = torch.float32
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -158,6 +158,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
     finally:
         if bar is not None:
             bar.close()
+        measured = sum(counts.values())  # cells recorded; a budget can leave planned ones unmeasured
         store.data["runs"].append(
             {
                 "command": command,
@@ -166,7 +167,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
                 ),
                 "seconds": round(time.time() - started, 1),
                 "architectures": len(archs),
-                "measured": sum(counts.values()),  # cells recorded; a budget can leave planned ones unmeasured
+                "measured": measured,
                 "planned": total,
                 "reused": reused,
                 "left_for_later": left,
@@ -178,8 +179,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
         )
         store.save()
     print(
-        f"{impl}: {len(archs)} architectures, {sum(counts.values())} of {total} planned cells measured, {reused} "
-        "reused in "
+        f"{impl}: {len(archs)} architectures, {measured} of {total} planned cells measured, {reused} reused in "
         f"{time.time() - started:.0f} s: "
         + ", ".join(f"{v} {k}" for k, v in counts.items())
         + (f"; {left} architectures left for a resumed sweep (--budget)" if left else ""),

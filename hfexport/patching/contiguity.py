@@ -49,6 +49,12 @@ def known_contiguous(tensor: torch.Tensor) -> bool:
     return True
 
 
+def contiguity_guards(tensor: torch.Tensor) -> bool:
+    """True when asking whether this tensor is contiguous would guard on its symbolic sizes: the one test both
+    patches below copy on."""
+    return _symbolic(tensor) and not known_contiguous(tensor)
+
+
 @register_patch("dynamo", "torch.Tensor.contiguous")
 def _patch_contiguous(original: Any) -> Any:
     """Tensor.contiguous() guards on is_contiguous() (a transposed view: query length != 1); copy instead."""
@@ -57,8 +63,7 @@ def _patch_contiguous(original: Any) -> Any:
         if (
             not isinstance(self, torch.Tensor)
             or memory_format != torch.contiguous_format
-            or not _symbolic(self)
-            or known_contiguous(self)
+            or not contiguity_guards(self)
         ):
             return original(self, memory_format=memory_format)
         return self.clone(memory_format=memory_format)
@@ -74,8 +79,7 @@ def _patch_matmul(original: Any) -> Any:
         operands = (input, other)
         if all(isinstance(t, torch.Tensor) and t.dim() >= 3 for t in operands):
             input, other = (
-                t.clone(memory_format=torch.contiguous_format) if _symbolic(t) and not known_contiguous(t) else t
-                for t in operands
+                t.clone(memory_format=torch.contiguous_format) if contiguity_guards(t) else t for t in operands
             )
         return original(input, other, **kwargs)
 

@@ -174,12 +174,11 @@ def _squeeze_dim_like_torch(self: Any, dim: int) -> Any:
     op: Any = opset18  # its stubs type outputs as unions of tensor types that mypy cannot narrow
 
     shape = self.shape
-    if shape is None or len(shape) == 0:
+    if shape is not None and len(shape) == 0:
         return op.Identity(self)
-    size = shape[dim % len(shape)]
-    if isinstance(size, int) and size != 1:
+    if shape is not None and isinstance(size := shape[dim % len(shape)], int) and size != 1:
         return op.Identity(self)
-    return op.Squeeze(self, op.Constant(value_ints=[dim]))
+    return op.Squeeze(self, op.Constant(value_ints=[dim]))  # an unknown rank or size: torchlib's own form
 
 
 @register_onnx_translation(
