@@ -6,6 +6,7 @@ model build and the cell function, so they measure the sweep's bookkeeping, not 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -189,14 +190,14 @@ def test_resume_reuses_equal_versions_and_remeasures_changed_ones(tmp_path: Path
     store.save()
     reloaded = Store(tmp_path / "hfexport.json", "hfexport")
 
-    tasks, reused = plan([arch], ["dynamo", "onnx"], reloaded, versions)
+    tasks, reused, _ = plan([arch], ["dynamo", "onnx"], reloaded, versions)
     assert reused == 1 and [t.backends for t in tasks] == [["onnx"]]
 
     changed = {**versions, "torch": "2.14.0"}
-    tasks, reused = plan([arch], ["dynamo", "onnx"], reloaded, changed)
+    tasks, reused, _ = plan([arch], ["dynamo", "onnx"], reloaded, changed)
     assert reused == 0 and [t.backends for t in tasks] == [["dynamo", "onnx"]]
 
-    tasks, reused = plan([arch], ["dynamo", "onnx"], reloaded, versions, fresh=True)
+    tasks, reused, _ = plan([arch], ["dynamo", "onnx"], reloaded, versions, fresh=True)
     assert reused == 0 and [t.backends for t in tasks] == [["dynamo", "onnx"]]
 
 
@@ -268,7 +269,6 @@ def test_the_time_section_says_what_finishing_the_default_scope_takes():
 
 def test_a_budgeted_sweep_records_the_cells_it_measured_not_the_ones_it_planned(monkeypatch, tmp_path):
     """A sweep whose budget runs out stores how many cells it measured: the report's rate divides by it."""
-    import json
 
     from conformance.coverage import cli, runner
 
@@ -287,3 +287,51 @@ def test_a_budgeted_sweep_records_the_cells_it_measured_not_the_ones_it_planned(
     cli.sweep(args, "test")
     run = json.loads((tmp_path / "hfexport.json").read_text())["runs"][-1]
     assert (run["measured"], run["planned"], run["left_for_later"]) == (2, 4, 1)
+
+
+def test_a_not_buildable_verdict_serves_the_next_sweep_without_a_build(monkeypatch, tmp_path):
+    """Building is the suite's work: the peer's sweep (here: a sweep with the first one's cells gone) records
+    an architecture the first sweep could not build from that verdict, and starts no worker for it."""
+    from conformance.coverage import cli, runner
+
+    started: list[list[str]] = []
+    bert_stage = ["config"]
+
+    class RecordingSweep:
+        def __init__(self, impl, on_record, **_):
+            self.on_record = on_record
+
+        def run(self, tasks, deadline=None):
+            for task in tasks:
+                started.append([task.arch.name, *task.backends])
+                for backend in task.backends:
+                    if task.arch.name == "BertModel":
+                        record = {"status": "not_buildable", "stage": bert_stage[0], "message": "ValueError: too small"}
+                    else:
+                        record = {"status": "pass", "stage": "", "message": ""}
+                    self.on_record(task.arch, backend, {**record, "checks": {}})
+            return 0
+
+    monkeypatch.setattr(runner, "Sweep", RecordingSweep)
+    argv = ["--only", "^(LlamaForCausalLM|BertModel)$", "--out", str(tmp_path), "--no-progress"]
+    cli.sweep(cli.parse_args(argv), "first")
+    assert sorted(name for name, *_ in started) == ["BertModel", "LlamaForCausalLM"]
+
+    (tmp_path / "hfexport.json").unlink()
+    started.clear()
+    cli.sweep(cli.parse_args(argv), "second")
+    assert [name for name, *_ in started] == ["LlamaForCausalLM"]
+    cells = json.loads((tmp_path / "hfexport.json").read_text())["cells"]
+    bert = [r for r in cells.values() if r["arch"] == "BertModel"]
+    assert len(bert) == 2 and all(r["status"] == "not_buildable" and r["stage"] == "config" for r in bert)
+    assert all(r["build_verdict_reused"] and r["message"] == "ValueError: too small" for r in bert)
+
+    # A worker killed or crashed while building gives no verdict: the next sweep builds again.
+    for path in tmp_path.glob("*.json"):
+        path.unlink()
+    bert_stage[0] = "timeout"
+    cli.sweep(cli.parse_args(argv), "third")
+    (tmp_path / "hfexport.json").unlink()
+    started.clear()
+    cli.sweep(cli.parse_args(argv), "fourth")
+    assert sorted(name for name, *_ in started) == ["BertModel", "LlamaForCausalLM"]

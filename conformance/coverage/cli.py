@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .build import BUILD_STAGES
 from .enumerate import SCOPES, Architecture, architectures
 from .runner import Task
-from .store import DEFAULT_DIR, Store, cell_key, current_versions, source_revision
+from .store import DEFAULT_DIR, BuildVerdicts, Store, build_versions, cell_key, current_versions, source_revision
 
 DEFAULT_BACKENDS = ("dynamo", "onnx")
 # ExecuTorch lowering costs tens of seconds per graph on 2 cores: by default a dozen common architectures.
@@ -85,11 +86,15 @@ def plan(
     *,
     fresh: bool = False,
     executorch_all: bool = False,
-) -> tuple[list[Task], int]:
-    """The tasks still to measure (stored cells of the same versions are reused unless ``fresh``), and how
-    many cells are reused."""
+    verdicts: BuildVerdicts | None = None,
+) -> tuple[list[Task], int, list[tuple[Architecture, str, dict[str, Any]]]]:
+    """The tasks still to measure (stored cells of the same versions are reused unless ``fresh``), how many
+    cells are reused, and the cells of architectures a sweep already found not buildable under the same
+    build versions (``verdicts``): recorded from that verdict, with no worker started for them."""
     tasks: list[Task] = []
+    known: list[tuple[Architecture, str, dict[str, Any]]] = []
     reused = 0
+    current_build = build_versions()
     for arch in archs:
         todo = []
         for backend in backends_for(arch, backends, executorch_all):
@@ -97,9 +102,13 @@ def plan(
                 reused += 1
             else:
                 todo.append(backend)
-        if todo:
+        verdict = verdicts.get(arch.name, arch.head, current_build) if verdicts is not None and not fresh else None
+        if todo and verdict is not None:
+            record = {"status": "not_buildable", "stage": verdict["stage"], "message": verdict["message"]}
+            known += [(arch, b, {**record, "seconds": 0.0, "checks": {}, "build_verdict_reused": True}) for b in todo]
+        elif todo:
             tasks.append(Task(arch, todo))
-    return tasks, reused
+    return tasks, reused, known
 
 
 def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
@@ -115,8 +124,11 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
     revision = source_revision(getattr(getattr(adapter, "module", None), "__file__", None))
     store = Store(args.out / f"{impl}.json", impl)
     archs = architectures(args.only, args.limit, args.scope)
-    tasks, reused = plan(archs, backends, store, versions, fresh=args.fresh, executorch_all=args.executorch_all)
-    total = sum(len(t.backends) for t in tasks)
+    verdicts = BuildVerdicts(args.out / "builds.json")
+    tasks, reused, known = plan(
+        archs, backends, store, versions, fresh=args.fresh, executorch_all=args.executorch_all, verdicts=verdicts
+    )
+    total = sum(len(t.backends) for t in tasks) + len(known)
     counts = {"pass": 0, "fail": 0, "unsupported": 0, "not_buildable": 0}
     bar = _progress(total, impl, args.no_progress)
     last_save = time.monotonic()
@@ -134,6 +146,12 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
             measured=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         )
         store.put(cell_key(arch.name, arch.head, backend), record)
+        if record["status"] == "not_buildable" and record.get("stage") in BUILD_STAGES:
+            verdicts.put(
+                arch.name,
+                arch.head,
+                {"stage": record["stage"], "message": record["message"], "versions": build_versions()},
+            )
         counts[record["status"]] = counts.get(record["status"], 0) + 1
         if bar is not None:
             bar.set_postfix(counts, refresh=False)
@@ -150,14 +168,19 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
         timeout=args.timeout,
         generation=not args.no_generation,
         logs=args.out / "logs" / impl,
+        # ExecuTorch's lowering would add a minute to the warm-up for the dozen architectures that use it.
+        warm_backends=[b for b in backends if b != "executorch"],
     )
     deadline = time.monotonic() + 60 * args.budget if args.budget else None
     left = 0
     try:
+        for arch, backend, record in known:
+            on_record(arch, backend, record)
         left = runner.run(tasks, deadline)
     finally:
         if bar is not None:
             bar.close()
+        verdicts.save()
         measured = sum(counts.values())  # cells recorded; a budget can leave planned ones unmeasured
         store.data["runs"].append(
             {
@@ -170,6 +193,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
                 "measured": measured,
                 "planned": total,
                 "reused": reused,
+                "build_verdicts_reused": len(known),
                 "left_for_later": left,
                 "jobs": args.jobs,
                 "timeout": args.timeout,

@@ -100,5 +100,45 @@ class Store:
         os.replace(tmp, self.path)
 
 
+# What decides whether an architecture builds: the suite's own shrinker and inputs (``SWEEP_VERSION``) on
+# these packages. The implementation under test plays no part, so one sweep's verdict serves the other's.
+BUILD_PACKAGES = ("torch", "transformers")
+
+
+def build_versions() -> dict[str, Any]:
+    return {**{name: package_version(name) for name in BUILD_PACKAGES}, "sweep": SWEEP_VERSION}
+
+
+class BuildVerdicts:
+    """``out/coverage/builds.json``: the architectures a sweep found not buildable, with the stage and reason.
+
+    Building is the suite's work, not the implementation's, so a later sweep (the other implementation's, or
+    a resumed one) records these cells from here instead of paying the build attempt again. Only verdicts
+    of the build itself are kept (a worker killed or crashed while building says nothing certain), and only
+    under the same ``build_versions()``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.data: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            try:
+                self.data = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                self.data = {}  # a damaged file only costs the build attempts it would have saved
+
+    def get(self, arch: str, head: str, versions: dict[str, Any]) -> dict[str, Any] | None:
+        verdict = self.data.get(f"{arch}|{head}")
+        return verdict if verdict is not None and verdict.get("versions") == versions else None
+
+    def put(self, arch: str, head: str, verdict: dict[str, Any]) -> None:
+        self.data[f"{arch}|{head}"] = verdict
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, self.path)
+
+
 def load(path: Path) -> dict[str, Any] | None:
     return json.loads(Path(path).read_text()) if Path(path).exists() else None
