@@ -2,8 +2,8 @@
 
 A fresh interpreter spends seconds importing torch, transformers, the ONNX stack and the
 implementation; forking from a server that imported them once makes a worker start in
-milliseconds. Nothing here runs a tensor operation (no thread pool exists before the fork).
-The implementation is imported through the plugin's adapter (``COVERAGE_IMPL``), never by name.
+milliseconds. The only tensor work is ``warm``'s, with one intra-op thread (no thread pool exists
+before the fork). The implementation is imported through the plugin's adapter (``COVERAGE_IMPL``), never by name.
 """
 
 from __future__ import annotations
@@ -26,3 +26,7 @@ with contextlib.suppress(Exception):
     from pytest_hfexport.adapters import resolve
 
     resolve(os.environ.get("COVERAGE_IMPL", "hfexport"))
+
+from .warm import warm_from_environment  # noqa: E402 (after the imports it warms)
+
+warm_from_environment(os.environ.get("COVERAGE_IMPL", "hfexport"))

@@ -7,7 +7,8 @@ runtime's segfault, an abort) has the cell it was running recorded at stage ``cr
 backends it had not reached go back to the queue in a fresh worker, so a bad cell costs one cell.
 
 Workers fork from a server that imported torch, transformers, the ONNX stack and the implementation
-once (``preload``), so each starts in milliseconds rather than seconds.
+once (``preload``) and ran one small architecture's cells (``warm``), so each starts in milliseconds and
+warm rather than paying the imports and the first export's one-time costs again.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ class Sweep:
         logs: Path | None = None,
         target: Callable[..., None] | None = None,
         start_method: str = "forkserver",
+        warm_backends: list[str] | None = None,
     ) -> None:
+        from .warm import BACKENDS_VARIABLE, LOG_VARIABLE
         from .worker import run_task
 
         self.impl = impl
@@ -97,6 +100,8 @@ class Sweep:
         self.logs.mkdir(parents=True, exist_ok=True)
         set_environment()
         os.environ["COVERAGE_IMPL"] = impl
+        os.environ[BACKENDS_VARIABLE] = ",".join(warm_backends or [])  # the fork server's warm-up (``warm``)
+        os.environ[LOG_VARIABLE] = str(self.logs / "warm-up.log")
         self.context: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             self.context.set_forkserver_preload(["conformance.coverage.preload"])
