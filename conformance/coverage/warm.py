@@ -126,8 +126,8 @@ if sys.argv[1] == "warm":
 torch.set_num_threads(1)
 adapter = resolve(sys.argv[2])
 (arch,) = architectures("^" + sys.argv[3] + "$", None, "all")
-built = build(arch)
 start = time.perf_counter()
+built = build(arch)
 for backend in sys.argv[4].split(","):
     run_cell(adapter, built, backend, Path(tempfile.mkdtemp()) / backend)
 print(time.perf_counter() - start)
@@ -135,7 +135,8 @@ print(time.perf_counter() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print one architecture's cells timed in a fresh process, cold and after the warm-up, as a ratio."""
+    """Print one architecture's build and cells timed in a fresh process, cold and after the warm-up, as a
+    ratio (what one sweep worker does, forked cold or warm)."""
     import argparse
     import subprocess
     import sys
