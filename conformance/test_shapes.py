@@ -18,3 +18,44 @@ def test_artifact_accepts_other_lengths(entry, exported, hfexport_backend, data)
     seq = data.draw(st.integers(min_value=1 if entry.one_token else 2, max_value=12), label="seq")
     inputs = entry.sample_inputs(result.model, batch=entry.sample[0], seq=seq)
     assert_matches(result.model, inputs, result.runner, hfexport_backend, f"seq={seq}")
+
+
+# Entries whose explicit Dim ranges are checked: a decoder and an encoder, each exported once more for it.
+RANGE_ENTRIES = ("llama", "bert")
+RANGE_SPAN = 5  # the Dim's max is the sample length plus this
+
+
+@pytest.mark.parametrize("entry", entry_params("shapes", names=RANGE_ENTRIES))
+def test_explicit_dim_ranges_are_honoured(entry, hfexport_implementation, hfexport_backend, tmp_path):
+    """``dynamic_shapes`` with an explicit ``Dim(min=2, max=sample+5)`` on the sequence axis go to the export as
+    given: the artifact matches eager at both ends of the range and, where the format carries ranges (a
+    torch.export program, an ExecuTorch program planned for its upper bound), refuses a length outside it
+    instead of running it unverified. An exporter that replaces the ranges by ``Dim.AUTO`` or static shapes
+    fails here. ONNX graphs carry no ranges: there, only the two ends are run."""
+    import torch
+
+    adapter = hfexport_implementation
+    model = entry.model()
+    sample = entry.sample_inputs(model)
+    batch, length = sample["input_ids"].shape
+    low, high = 2, length + RANGE_SPAN
+    seq = torch.export.Dim("seq", min=low, max=high)
+    spec = {
+        k: {1: seq} for k, v in sample.items() if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == length
+    }
+    config = adapter.config(hfexport_backend, dynamic_shapes=spec)
+    exporter = adapter.exporter(hfexport_backend)
+    program = adapter.export(exporter, model, sample, config)
+    runner = adapter.load(adapter.save(exporter, program, tmp_path, "model"))
+    for n in (low, high):
+        assert_matches(model, entry.sample_inputs(model, batch=batch, seq=n), runner, hfexport_backend, f"seq={n}")
+    outside = {"dynamo": (low - 1, high + 1), "executorch": (high + 1,)}.get(hfexport_backend, ())
+    for n in outside:
+        try:
+            runner(**entry.sample_inputs(model, batch=batch, seq=n))
+        except Exception:  # refused: any error the runtime raises for a size its program does not allow
+            continue
+        pytest.fail(
+            f"the artifact exported for seq {low}..{high} ran seq={n} without an error: the explicit Dim range was "
+            "not honoured (or the runtime does not check it)"
+        )

@@ -8,8 +8,51 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import caches
+from ..errors import RunnerInputError
 from ..outputs import flatten_named
 from .base import Runner
+
+Ranges = dict[str, dict[int, tuple[int, int | None]]]
+
+
+def _finite(bound: Any) -> int | None:
+    """A range bound as an int; None for torch's and sympy's infinities (which ``int()`` cannot convert)."""
+    from torch.utils._sympy.numbers import int_oo
+
+    if bound in (int_oo, -int_oo) or getattr(bound, "is_infinite", False):
+        return None
+    try:
+        return int(bound)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+
+
+def declared_ranges(program: torch.export.ExportedProgram, template: Any) -> Ranges:
+    """flat input name -> {axis: (min, max or None)} for every axis that is a plain symbol of the program.
+
+    ``ExportedProgram.module()`` enforces a symbol's upper bound but not its lower one (a seq=1 input ran
+    through a ``Dim(min=2)`` program): the runner checks both. Empty when the program's tensor inputs cannot
+    be matched to the flat names one to one."""
+    flat = flatten_named(template)
+    names = [n for n, v in flat.items() if isinstance(v, torch.Tensor)]
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    tensors = [
+        placeholders.get(spec.arg.name)
+        for spec in program.graph_signature.input_specs
+        if spec.kind.name == "USER_INPUT" and type(spec.arg).__name__ == "TensorArgument"
+    ]
+    if len(tensors) != len(names) or any(node is None for node in tensors):
+        return {}
+    ranges: Ranges = {}
+    for name, node in zip(names, tensors):
+        value = node.meta.get("val") if node is not None else None
+        for axis, size in enumerate(getattr(value, "shape", ())):
+            expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            bounds = program.range_constraints.get(expr) if expr is not None and expr.is_Symbol else None
+            if bounds is None:
+                continue
+            ranges.setdefault(name, {})[axis] = (_finite(bounds.lower) or 0, _finite(bounds.upper))
+    return ranges
 
 
 class DynamoRunner(Runner):
@@ -28,6 +71,7 @@ class DynamoRunner(Runner):
             raise ValueError("this ExportedProgram carries no example_inputs; re-export it with hfexport")
         _, self._template = program.example_inputs
         self._names = list(flatten_named(self._template).keys())
+        self.ranges = declared_ranges(program, self._template)
 
     @property
     def input_names(self) -> list[str]:
@@ -53,7 +97,23 @@ class DynamoRunner(Runner):
             return kwargs
         return pytree.tree_unflatten(rebuilt, template_spec)
 
+    def check_ranges(self, flat_inputs: dict[str, torch.Tensor]) -> None:
+        """Refuse an input outside the program's declared dynamic ranges (the module checks upper bounds only)."""
+        for name, axes in self.ranges.items():
+            tensor = flat_inputs.get(name)
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            for axis, (low, high) in axes.items():
+                size = tensor.shape[axis] if axis < tensor.dim() else None
+                if size is not None and (size < low or (high is not None and size > high)):
+                    raise RunnerInputError(
+                        f"DynamoRunner: input {name!r} has size {size} on axis {axis}; the program was exported "
+                        f"for {low}..{'any' if high is None else high} there (its Dim range). Re-export with a "
+                        "Dim range that includes this size."
+                    )
+
     def run_flat(self, flat_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        self.check_ranges(flat_inputs)
         with torch.no_grad():
             out = self.module(**self.structured(flat_inputs))
         return flatten_named(out)
