@@ -4,9 +4,10 @@ An output passes when ``max|exported - eager| <= atol + rtol * max|eager|``. The
 error reported is ``max|exported - eager| / max|eager|`` (error against the output's scale,
 stable where single elements are near zero). Integer and bool outputs must match exactly, and an
 output whose kind of dtype (bool, integer, floating point, complex) differs from eager's fails by
-name, whatever its values. Outputs the exported side has and eager lacks are listed in ``extra``:
-informational unless ``strict_names=True``. Tolerances: ``default_tolerance(backend, dtype)``,
-overridden per model (one value) and per output (a dict of output names or ``fnmatch`` patterns).
+name, whatever its values; a floating-point or complex output must also have eager's exact dtype.
+Outputs the exported side has and eager lacks are listed in ``extra``: informational unless
+``strict_names=True``. Tolerances: ``default_tolerance(backend, dtype)``, overridden per model (one value)
+and per output (a dict of output names or ``fnmatch`` patterns).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def default_tolerance(backend: str, dtype: Any) -> Tolerance:
 
 
 ToleranceSpec = None | float | Tolerance | Mapping[str, float | Tolerance]
+
+
+# Kinds whose exact dtype is part of the contract: a float32 output returned as float64 or float16 fails.
+EXACT_DTYPE_KINDS = ("floating", "complex")
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -202,9 +207,13 @@ def compare(
             diff.ok = not finite_mismatch and diff.max_abs <= tol.atol + tol.rtol * scale
             if finite_mismatch:
                 diff.note = f"non-finite values differ from eager (nan/inf), dtype {diff.dtype}"
-        if diff.note == "" and dtype_kind(out.dtype) != dtype_kind(ref_t.dtype):
-            # An integer where eager gives floats (or bool where eager gives ints) is a different output,
-            # even where the values happen to agree.
+        differs = dtype_kind(out.dtype) != dtype_kind(ref_t.dtype) or (
+            dtype_kind(ref_t.dtype) in EXACT_DTYPE_KINDS and out.dtype != ref_t.dtype
+        )
+        if diff.note == "" and differs:
+            # An integer where eager gives floats (or bool where eager gives ints) is a different output, and so
+            # is float64 (twice the memory) or float16 (less precision) where eager gives float32, even where
+            # the values happen to agree.
             diff.ok = False
             diff.note = (
                 f"dtype {str(out.dtype).replace('torch.', '')} ({dtype_kind(out.dtype)}) != eager "
