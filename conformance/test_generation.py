@@ -103,3 +103,10 @@ def test_served_components_generate_eager_tokens(
         assert_tokens(got, expected, f"{adapter.name}'s own serving of the components")
         idle = sorted(name for name, path in result.paths.items() if not calls.get(str(path)))
         assert not idle, f"{adapter.name}'s serving never ran the artifacts of {idle}"
+        # Generation never stops early (generation_config): each of the NEW_TOKENS tokens needs the logits of one
+        # artifact call (the prefill's, then one decode step each). Fewer calls: some tokens came from elsewhere.
+        total = sum(calls.values())
+        assert total >= NEW_TOKENS, (
+            f"{adapter.name}'s serving ran its artifacts {total} times for {NEW_TOKENS} greedy tokens ({calls}): "
+            "some tokens were not computed by the artifacts"
+        )

@@ -30,6 +30,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "widened_float_outputs": ("dynamo", EXPORT, {"export"}),
     "not_implemented_backend": ("onnx", EXPORT, {"export"}),
     "static_prefill": ("dynamo", "test_components_match and llama", {"generation"}),
+    "serve_partly_eager": ("dynamo", "test_served_components_generate_eager_tokens and llama", {"generation_tokens"}),
     "fixed_query_decode": ("dynamo", "test_one_decode_graph and llama", {"multi_token_decode"}),
     "maskless_static_decode": ("dynamo", "test_guide_loop_matches and llama", {"static_cache"}),
     "copying_loop": ("onnx", "test_implementation_loop and llama", {"static_cache_in_place"}),
