@@ -234,8 +234,9 @@ class ExecutorchExporter(DynamoExporter):
 
         start = time.perf_counter()
         try:
+            edge_config, partitioners = executorch_fixes.edge_compile_config(program), self.partitioners(config)
             with executorch_fixes.lowering_patches(), self.tracing_mode(config), torch.no_grad():
-                edge = to_edge_transform_and_lower(program, partitioner=self.partitioners(config))
+                edge = to_edge_transform_and_lower(program, partitioner=partitioners, compile_config=edge_config)
         except HfExportError:
             raise
         except Exception as exc:

@@ -516,3 +516,36 @@ def test_without_the_partitioner_check_xnnpack_refuses_the_unsqueeze(monkeypatch
     monkeypatch.setitem(PATCHES, LOWERING, [p for p in PATCHES[LOWERING] if "UnsqueezeCopyConfig" not in p.path])
     with pytest.raises(HfExportError, match="only supports 1 dynamic dimension"):
         ExecutorchExporter().export(TopProbability().eval(), _tiny_sample(), ExecutorchConfig(dynamic=True))
+
+
+def _bert_with_explicit_ranges() -> tuple[Any, dict, ExecutorchConfig]:
+    """BERT exported as the guide configures explicit ranges: Dim(min, max) and deferred run-time asserts, which
+    leave a torch.sym_min (its position_ids slice) in the program."""
+    entry = get("bert")
+    model = entry.model()
+    sample = entry.sample_inputs(model)
+    length = sample["input_ids"].shape[1]
+    seq = torch.export.Dim("seq", min=2, max=length + 5)
+    spec = {k: {1: seq} for k, v in sample.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
+    config = ExecutorchConfig(dynamic_shapes=spec, prefer_deferred_runtime_asserts_over_guards=True)
+    return model, sample, config
+
+
+def test_size_functions_from_deferred_asserts_lower_and_match_eager():
+    model, sample, config = _bert_with_explicit_ranges()
+    runner = runtime.runner_for(ExecutorchExporter().export(model, sample, config), "executorch")
+    with torch.no_grad():
+        expected = flatten_named(model(**sample))
+    assert compare(expected, runner(**sample), "executorch").ok
+
+
+def test_without_the_edge_config_entry_the_size_functions_fail_lowering(monkeypatch):
+    """The fault twin: EXIR's default edge config refuses torch.sym_min as an edge op."""
+    from executorch.exir import EdgeCompileConfig
+
+    from hfexport.patching import executorch_fixes
+
+    model, sample, config = _bert_with_explicit_ranges()
+    monkeypatch.setattr(executorch_fixes, "edge_compile_config", lambda program: EdgeCompileConfig())
+    with pytest.raises(HfExportError, match="to_edge_transform_and_lower"):
+        ExecutorchExporter().export(model, sample, config)

@@ -12,6 +12,7 @@ Both are reverted on exit, also when the export fails (``apply_patches``).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,3 +104,29 @@ def lowering_patches() -> Iterator[None]:
 
     with apply_patches(LOWERING):
         yield
+
+
+# Size arithmetic torch.export writes as Python functions (not OpOverloads): EXIR's edge verifier refuses them
+# ("assert op.__name__ in ('alloc',)"), though to_executorch maps each to its executorch_prim op. They appear
+# with prefer_deferred_runtime_asserts_over_guards and explicit Dim ranges (BERT: min(seq, seq) of a slice).
+PYTHON_SIZE_FUNCTIONS = (torch.sym_min, torch.sym_max)
+
+
+def edge_compile_config(program: torch.export.ExportedProgram) -> Any:
+    """EXIR's default, except that a program holding ``PYTHON_SIZE_FUNCTIONS`` skips the edge IR validity check
+    (only then: the check is otherwise worth its time); the lowered program is what runs, and is judged."""
+    from executorch.exir import EdgeCompileConfig
+
+    found = sorted(
+        {
+            n.target.__name__
+            for n in program.graph.nodes
+            if n.op == "call_function" and n.target in PYTHON_SIZE_FUNCTIONS
+        }
+    )
+    if not found:
+        return EdgeCompileConfig()
+    logging.getLogger("hfexport.executorch").info(
+        "the program computes sizes with %s: EXIR's edge IR validity check is skipped", ", ".join(found)
+    )
+    return EdgeCompileConfig(_check_ir_validity=False)
