@@ -67,6 +67,15 @@ def cell_key(arch: str, head: str, backend: str) -> str:
     return f"{arch}|{head}|{backend}"
 
 
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` through a temporary file, so a reader (or an interrupted sweep) only ever sees
+    a complete file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
 class Store:
     """``out/coverage/<impl>.json``: {"impl", "runs": [...], "cells": {key: record}}."""
 
@@ -94,10 +103,7 @@ class Store:
         self.cells[key] = record
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, self.path)
+        write_json(self.path, self.data)
 
 
 # What decides whether an architecture builds: the suite's own shrinker and inputs (``SWEEP_VERSION``) on
@@ -134,10 +140,7 @@ class BuildVerdicts:
         self.data[f"{arch}|{head}"] = verdict
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, self.path)
+        write_json(self.path, self.data)
 
 
 def load(path: Path) -> dict[str, Any] | None:

@@ -126,7 +126,7 @@ def edge_compile_config(program: torch.export.ExportedProgram) -> Any:
     )
     if not found:
         return EdgeCompileConfig()
-    logging.getLogger("hfexport.executorch").info(
+    logging.getLogger(__name__).info(
         "the program computes sizes with %s: EXIR's edge IR validity check is skipped", ", ".join(found)
     )
     return EdgeCompileConfig(_check_ir_validity=False)

@@ -36,16 +36,17 @@ def declared_ranges(program: torch.export.ExportedProgram, template: Any) -> Ran
     flat = flatten_named(template)
     names = [n for n, v in flat.items() if isinstance(v, torch.Tensor)]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    tensors = [
-        placeholders.get(spec.arg.name)
+    specs = [
+        spec.arg.name
         for spec in program.graph_signature.input_specs
         if spec.kind.name == "USER_INPUT" and type(spec.arg).__name__ == "TensorArgument"
     ]
-    if len(tensors) != len(names) or any(node is None for node in tensors):
+    tensors = [placeholders[name] for name in specs if name in placeholders]
+    if len(tensors) != len(names) or len(tensors) != len(specs):
         return {}
     ranges: Ranges = {}
     for name, node in zip(names, tensors):
-        value = node.meta.get("val") if node is not None else None
+        value = node.meta.get("val")
         for axis, size in enumerate(getattr(value, "shape", ())):
             expr = size.node.expr if isinstance(size, torch.SymInt) else None
             bounds = program.range_constraints.get(expr) if expr is not None and expr.is_Symbol else None
