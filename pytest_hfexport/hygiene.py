@@ -5,11 +5,12 @@ flags; it must put all of it back, whether it succeeds or fails at any stage. Th
 covers, by value (not by live reference, so a dict mutated in place is seen):
 
 * the model: every submodule's class, instance attributes (an instance ``forward``
-  included), hooks of every kind, train/eval flag, parameters and buffers (identity and
+  included), hooks of every kind, train/eval flag, parameters and buffers (identity, dtype, device, requires_grad and
   values), the config and generation config;
 * the caller's inputs: the mapping's keys, the identity, dtype and values of every entry;
-* global torch state: grad and inference mode, default dtype and device, threads,
-  deterministic algorithms, autocast, and the tracing configs torch.export and dynamo read;
+* process state (``pytest_hfexport.process_state``): torch's global switches (grad mode, default
+  dtype, threads, matmul precision, backend flags...), the random generators, environment variables,
+  warnings filters, loggers, the recursion limit, and the tracing configs torch.export and dynamo read;
 * every attribute of the transformers and torch modules (and of their classes) an export could
   patch, with the contents of module- and class-level registries (dicts, lists).
 
@@ -24,6 +25,8 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from . import process_state
 
 # Module prefixes whose attributes (and classes' attributes) are snapshotted.
 PATCHABLE_MODULES = (
@@ -85,6 +88,8 @@ class Snapshot:
     inputs: dict[str, Any]
     torch_state: dict[str, Any]
     attributes: dict[tuple[str, str], Any]
+    loggers: dict[str, Any]
+    warnings_filters: dict[str, int]
 
 
 class Entries(dict):
@@ -159,18 +164,12 @@ def _attributes() -> dict[tuple[str, str], Any]:
 
 
 def _torch_state() -> dict[str, Any]:
-    import torch
     import torch.nn.modules.module as module_mod
 
     state: dict[str, Any] = {
-        "grad enabled": torch.is_grad_enabled(),
-        "inference mode": torch.is_inference_mode_enabled(),
-        "default dtype": torch.get_default_dtype(),
-        "default device": str(torch.get_default_device()),
-        "threads": torch.get_num_threads(),
-        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
-        "autocast (cpu)": torch.is_autocast_enabled("cpu"),
-        "tracing state": torch._C._get_tracing_state() is not None,
+        **process_state.torch_switches(),
+        **process_state.random_state(),
+        **process_state.interpreter_state(),
     }
     for hooks in GLOBAL_HOOKS:
         value = getattr(module_mod, hooks, None)
@@ -206,12 +205,18 @@ def _model_state(model: Any) -> dict[str, Any]:
             if value:
                 state[f"{where} {hooks}"] = tuple((k, id(v)) for k, v in value.items())
         state[f"{where} children"] = tuple(module._modules)
+        state[f"{where} non-persistent buffers"] = tuple(sorted(module._non_persistent_buffers_set))
     for kind, named in (
         ("parameter", model.named_parameters(remove_duplicate=False)),
         ("buffer", model.named_buffers(remove_duplicate=False)),
     ):
         for name, tensor in named:
             state[f"{kind} {name}"] = (id(tensor), tensor.detach().clone())
+            state[f"{kind} {name} dtype, device, requires_grad"] = (
+                tensor.dtype,
+                str(tensor.device),
+                tensor.requires_grad,
+            )
     config = getattr(model, "config", None)
     if config is not None:
         state["config"] = copy.deepcopy(config.to_dict())
@@ -220,6 +225,9 @@ def _model_state(model: Any) -> dict[str, Any]:
         ]
         for path, sub in configs:
             state[f"{path}._attn_implementation"] = getattr(sub, "_attn_implementation", None)
+            for key, value in vars(sub).items() if sub is not None else ():
+                if key.startswith("_") and not key.startswith("__") and _plain(value):  # to_dict drops these
+                    state[f"{path}.{key}"] = repr(value)
     generation = getattr(model, "generation_config", None)
     if generation is not None:
         state["generation_config"] = copy.deepcopy(generation.to_dict())
@@ -264,7 +272,14 @@ def _run_upstream_one_time_setup() -> None:
 def snapshot(model: Any, inputs: Mapping[str, Any]) -> Snapshot:
     """Everything an export must leave as it found it (see the module doc)."""
     _run_upstream_one_time_setup()
-    return Snapshot(_model_state(model), _inputs_state(inputs), _torch_state(), _attributes())
+    return Snapshot(
+        _model_state(model),
+        _inputs_state(inputs),
+        _torch_state(),
+        _attributes(),
+        process_state.loggers(),
+        process_state.warnings_filters(),
+    )
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -304,4 +319,8 @@ def diff(before: Snapshot, model: Any, inputs: Mapping[str, Any]) -> list[str]:
     # Attributes that appear later (lazily imported modules, attributes cached on first access) are not
     # patches left behind; a changed or vanished one is.
     problems += _diff("patched attribute", before.attributes, now.attributes, report_added=False)
+    # Loggers and filters a first import creates are the imported module's own; changed ones are the export's.
+    problems += _diff("logging", before.loggers, now.loggers, report_added=False)
+    problems += _diff("warnings", before.warnings_filters, now.warnings_filters, report_added=False)
+    problems += process_state.blanket_filters_added(before.warnings_filters, now.warnings_filters)
     return problems

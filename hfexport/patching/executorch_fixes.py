@@ -99,10 +99,11 @@ register_patch(
 
 @contextlib.contextmanager
 def lowering_patches() -> Iterator[None]:
-    """The ``executorch_lowering`` set, for the EXIR passes."""
+    """The ``executorch_lowering`` set, for the EXIR passes; torch's global random generator is put back after
+    (``to_edge_transform_and_lower`` draws from it: a caller's seeded stream would move on by an export)."""
     from .registry import apply_patches
 
-    with apply_patches(LOWERING):
+    with apply_patches(LOWERING), torch.random.fork_rng(devices=[]):
         yield
 
 
