@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_hfexport.backend_runtime import backend_runner
 from pytest_hfexport.compare import compare
 from pytest_hfexport.naming import flat_named
 from pytest_hfexport.reference import graph_kwargs, reference_call
@@ -20,3 +21,20 @@ def assert_matches(module: Any, call: Mapping[str, Any], runner: Any, backend: s
     result = compare(expected, got, backend, label=label)
     assert result.ok, result.message()
     return result.max_abs
+
+
+def assert_backend_file_matches(module: Any, call: Mapping[str, Any], path: Any, backend: str, label: str) -> None:
+    """The backend file at ``path``, run by the backend's own runtime, matches ``module`` run eagerly on every
+    output both name (eager's first output, the logits or hidden states, must be among them)."""
+    import copy
+
+    expected = reference_call(module, call)
+    got = backend_runner(path, backend, list(expected))(**copy.deepcopy(graph_kwargs(call)))
+    first = next(iter(expected))
+    assert first in got, (
+        f"the backend's own runtime gave no {first!r} output for the {label} (it gave {sorted(got)[:8]})"
+    )
+    result = compare(
+        {k: v for k, v in expected.items() if k in got}, got, backend, label=f"{label}, {backend}'s own runtime"
+    )
+    assert result.ok, result.message()

@@ -107,6 +107,16 @@ def test_config_round_trips_every_field(subject, hfexport_implementation, hfexpo
         assert str(fmt) == hfexport_backend
 
 
+@pytest.mark.parametrize("subject", [api_case("config_refuses_unknown_field")])
+def test_config_refuses_an_unknown_field(subject, hfexport_implementation, hfexport_backend):
+    """A misspelt field (``dynamik``) is an error naming it, not a config silently left at its defaults."""
+    adapter = hfexport_implementation
+    adapter.require("config_dict", hfexport_backend)
+    with pytest.raises((TypeError, ValueError)) as raised:
+        adapter.config_from_dict({"export_format": hfexport_backend, "dynamik": True})
+    assert "dynamik" in str(raised.value), f"the error does not name the unknown field 'dynamik': {raised.value}"
+
+
 @pytest.mark.parametrize("subject", [api_case("auto_dispatch")])
 def test_auto_classes_pick_the_backend(subject, hfexport_implementation, hfexport_backend):
     api = hfexport_implementation.api()
