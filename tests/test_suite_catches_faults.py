@@ -29,6 +29,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "perturbed_outputs": ("dynamo", EXPORT, {"export"}),
     "widened_float_outputs": ("dynamo", EXPORT, {"export"}),
     "eager_fallback_runner": ("onnx", EXPORT, {"export", "export_batch"}),
+    "runner_clobbers_inputs": ("dynamo", EXPORT, {"export", "export_batch"}),
     "not_implemented_backend": ("onnx", EXPORT, {"export"}),
     "static_prefill": ("dynamo", "test_components_match and llama", {"generation"}),
     "serve_partly_eager": ("dynamo", "test_served_components_generate_eager_tokens and llama", {"generation_tokens"}),
