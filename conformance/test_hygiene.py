@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,27 @@ def _mentions_mark(exc: BaseException | None) -> bool:
 
 def assert_clean(before: Any, model: Any, inputs: Any, what: str) -> None:
     problems = diff(before, model, inputs)
+    stray = _files(Path.cwd()) if Path.cwd().name == WORKDIR else []
+    problems += [f"file left in the working directory: {name}" for name in stray[:10]]
     assert not problems, f"after {what}, the caller's world changed:\n  " + "\n  ".join(problems[:30])
+
+
+WORKDIR = "caller-working-directory"
+
+
+@pytest.fixture(autouse=True)
+def empty_working_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every export here runs from an empty working directory, which must stay empty: an export writes its
+    artifact where it is told to, and no report, dump or scratch file anywhere else in the caller's tree.
+    (Not through ``monkeypatch``: the failure injections undo theirs mid-test.)"""
+    directory = tmp_path_factory.mktemp("cwd") / WORKDIR
+    directory.mkdir()
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield directory
+    finally:
+        os.chdir(previous)
 
 
 def _files(directory: Path) -> list[str]:

@@ -43,6 +43,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "rng_reseeded": ("dynamo", HYGIENE, {"hygiene"}),
     "frozen_parameters": ("dynamo", HYGIENE, {"hygiene"}),
     "backend_flag_left_off": ("dynamo", HYGIENE, {"hygiene"}),
+    "report_in_working_directory": ("dynamo", HYGIENE, {"hygiene"}),
     "patch_kept_after_failed_lowering": ("onnx", "test_failed_lowering", {"hygiene"}),
     "partial_save": ("dynamo", "test_failed_export_leaves and save", {"hygiene"}),
     "lossy_config": ("dynamo", "test_config_round_trips", {"api"}),
