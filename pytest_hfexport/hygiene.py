@@ -89,7 +89,7 @@ class Snapshot:
     torch_state: dict[str, Any]
     attributes: dict[tuple[str, str], Any]
     loggers: dict[str, Any]
-    warnings_filters: dict[str, int]
+    warnings_filters: tuple[str, ...]
 
 
 class Entries(dict):
@@ -321,6 +321,5 @@ def diff(before: Snapshot, model: Any, inputs: Mapping[str, Any]) -> list[str]:
     problems += _diff("patched attribute", before.attributes, now.attributes, report_added=False)
     # Loggers and filters a first import creates are the imported module's own; changed ones are the export's.
     problems += _diff("logging", before.loggers, now.loggers, report_added=False)
-    problems += _diff("warnings", before.warnings_filters, now.warnings_filters, report_added=False)
-    problems += process_state.blanket_filters_added(before.warnings_filters, now.warnings_filters)
+    problems += process_state.filter_changes(before.warnings_filters, now.warnings_filters)
     return problems

@@ -94,13 +94,9 @@ def _filter_key(item: tuple) -> str:
     return f"{action} {getattr(category, '__name__', category)}: {scope}"
 
 
-def warnings_filters() -> dict[str, int]:
-    """Each filter (by its fields) -> how often it appears."""
-    counts: dict[str, int] = {}
-    for item in warnings.filters:
-        key = _filter_key(item)
-        counts[key] = counts.get(key, 0) + 1
-    return counts
+def warnings_filters() -> tuple[str, ...]:
+    """The filters, in the order Python tries them (the first that matches decides)."""
+    return tuple(_filter_key(item) for item in warnings.filters)
 
 
 # Warning categories any code may emit; a library's own category (ruamel.yaml's "once" filters for its
@@ -108,16 +104,22 @@ def warnings_filters() -> dict[str, int]:
 BUILTIN = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, Warning)}
 
 
-def blanket_filters_added(before: dict[str, int], after: dict[str, int]) -> list[str]:
-    """Filters added by the export that match every message of every module for a built-in category (an
-    import's scoped filter is not reported; a removed or changed filter is, by the caller's diff)."""
-    return [
-        f"warnings filter added: {key}"
-        for key, count in after.items()
-        if count > before.get(key, 0)
-        and key.endswith("every message of every module")
-        and key.split()[1].rstrip(":") in BUILTIN
+def _blanket(key: str) -> bool:
+    return key.endswith("every message of every module") and key.split()[1].rstrip(":") in BUILTIN
+
+
+def filter_changes(before: tuple[str, ...], after: tuple[str, ...]) -> list[str]:
+    """What an export did to the filters: one removed; the ones that were there now in another order (a filter
+    moved to the front decides first: ``simplefilter("ignore")`` over an existing one moves it there); a blanket
+    filter added for a built-in category. A narrowly scoped filter an import adds is not reported."""
+    problems = [
+        f"warnings filter removed: {key}" for key in dict.fromkeys(before) if after.count(key) < before.count(key)
     ]
+    kept = set(before)
+    if not problems and [key for key in after if key in kept] != list(before):
+        problems.append("warnings filters reordered: " + ", ".join(k for k, b in zip(after, before) if k != b)[:300])
+    problems += [f"warnings filter added: {key}" for key in after if key not in kept and _blanket(key)]
+    return problems
 
 
 # Loggers whose handlers their own library changes on first use, whoever runs it: name -> why.

@@ -26,6 +26,17 @@ from conformance.coverage.shrink import HEADS, LAYERS, WIDTH, tiny_config
 from conformance.coverage.store import Store, cell_key
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """A sweep sets its workers' environment in the process that starts them (PYTHONWARNINGS=ignore,
+    OMP_NUM_THREADS=1, ...); here that process is a test worker, whose later tests and subprocesses must not
+    inherit it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def parameters(model_class: Any, config: Any) -> int:
     with torch.device("meta"):
         model = model_class(config)

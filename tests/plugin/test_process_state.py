@@ -60,6 +60,17 @@ def test_a_blanket_warnings_filter_is_named_and_a_scoped_one_is_not():
         assert any("every message of every module" in p for p in diff(before, MODEL, {}))
 
 
+def test_an_existing_blanket_filter_moved_to_the_front_is_named():
+    """``simplefilter("ignore")`` when an ignore-everything filter already sits at the end moves it to the front
+    (Python drops the duplicate): no filter is added or removed, yet every warning is now silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", append=True)
+        warnings.filterwarnings("default", message="one library's message")
+        before = snapshot(MODEL, {})
+        warnings.simplefilter("ignore")
+        assert any("reordered" in p for p in diff(before, MODEL, {})), diff(before, MODEL, {})
+
+
 def test_nothing_changed_means_no_difference():
     inputs = {"x": torch.ones(2)}
     before = snapshot(MODEL, inputs)
