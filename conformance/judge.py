@@ -5,21 +5,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_hfexport.backend_runtime import backend_runner
 from pytest_hfexport.compare import compare
 from pytest_hfexport.naming import flat_named
 from pytest_hfexport.reference import graph_kwargs, reference_call
 
 
-def assert_matches(module: Any, call: Mapping[str, Any], runner: Any, backend: str, label: str) -> float:
+def assert_matches(
+    module: Any, call: Mapping[str, Any], runner: Any, backend: str, label: str, *, backend_file: bool = False
+) -> float:
     """Run the artifact on the tensor arguments of ``call`` and compare with ``module`` run eagerly on all of
-    them; returns the largest absolute error."""
+    them; returns the largest absolute error. The runner must leave the tensors it is handed as they were.
+
+    ``backend_file=True``: ``runner`` is the backend's own runtime over the raw file
+    (``pytest_hfexport.backend_runtime``), which names outputs its own way or not at all: the outputs both
+    sides name are compared (unnamed ones take eager's names in order when the counts agree, else only the
+    first), and eager's first output (logits, hidden states) must be among them."""
     import copy
 
     expected = reference_call(module, call)
     given = copy.deepcopy(graph_kwargs(call))
-    got = flat_named(runner(**given))
+    out = runner(**given)
     assert_inputs_kept(graph_kwargs(call), given, label)
+    if backend_file:
+        names = list(expected)
+        got = dict(zip(names if len(out) == len(names) else names[:1], out)) if isinstance(out, list) else out
+        assert names[0] in got, (
+            f"the backend's own runtime gave no {names[0]!r} output ({label}; it gave {sorted(got)[:8]})"
+        )
+        expected = {k: v for k, v in expected.items() if k in got}
+        label = f"{label}, {backend}'s own runtime"
+    else:
+        got = flat_named(out)
     result = compare(expected, got, backend, label=label)
     assert result.ok, result.message()
     return result.max_abs
@@ -37,20 +53,3 @@ def assert_inputs_kept(original: Mapping[str, Any], given: Mapping[str, Any], la
         and not (value.dtype == original[name].dtype and torch.equal(value, original[name]))
     ]
     assert not changed, f"the runner changed the caller's input tensor(s) {changed} in place ({label})"
-
-
-def assert_backend_file_matches(module: Any, call: Mapping[str, Any], path: Any, backend: str, label: str) -> None:
-    """The backend file at ``path``, run by the backend's own runtime, matches ``module`` run eagerly on every
-    output both name (eager's first output, the logits or hidden states, must be among them)."""
-    import copy
-
-    expected = reference_call(module, call)
-    got = backend_runner(path, backend, list(expected))(**copy.deepcopy(graph_kwargs(call)))
-    first = next(iter(expected))
-    assert first in got, (
-        f"the backend's own runtime gave no {first!r} output for the {label} (it gave {sorted(got)[:8]})"
-    )
-    result = compare(
-        {k: v for k, v in expected.items() if k in got}, got, backend, label=f"{label}, {backend}'s own runtime"
-    )
-    assert result.ok, result.message()

@@ -7,7 +7,8 @@ compensates for its artifact cannot pass a wrong one."""
 import pytest
 
 from conformance.conftest import entry_params
-from conformance.judge import assert_backend_file_matches, assert_matches
+from conformance.judge import assert_matches
+from pytest_hfexport.backend_runtime import backend_runner
 
 
 @pytest.mark.parametrize("entry", entry_params("export"))
@@ -29,15 +30,16 @@ def test_backend_runtime_runs_the_artifact(entry, exported, hfexport_backend, hf
     """The backend file itself, run by the backend's own runtime (not the implementation's runner, which could
     pad, re-trace or fall back to eager), matches eager at every input set (outputs it names as eager does)."""
     result = exported(entry)
-    path = hfexport_implementation.raw_artifact(result.paths["model"])
+    run = backend_runner(hfexport_implementation.raw_artifact(result.paths["model"]), hfexport_backend)
     for label, inputs in entry.input_sets(result.model).items():
-        assert_backend_file_matches(result.model, inputs, path, hfexport_backend, f"{label} inputs")
+        assert_matches(result.model, inputs, run, hfexport_backend, f"{label} inputs", backend_file=True)
 
 
 @pytest.mark.parametrize("entry", entry_params("export", key="export_batch"))
 def test_backend_runtime_serves_a_padded_batch(entry, exported, hfexport_backend, hfexport_implementation):
     """The backend file, run by the backend's own runtime, at batch 2 with left padding."""
     result = exported(entry)
-    path = hfexport_implementation.raw_artifact(result.paths["model"])
+    run = backend_runner(hfexport_implementation.raw_artifact(result.paths["model"]), hfexport_backend)
     inputs = entry.input_sets(result.model, ("batch",))["batch"]
-    assert_backend_file_matches(result.model, inputs, path, hfexport_backend, f"batch {entry.batch}, left-padded")
+    label = f"batch {entry.batch}, left-padded"
+    assert_matches(result.model, inputs, run, hfexport_backend, label, backend_file=True)

@@ -99,8 +99,10 @@ def _mentions_mark(exc: BaseException | None) -> bool:
 
 def assert_clean(before: Any, model: Any, inputs: Any, what: str) -> None:
     problems = diff(before, model, inputs)
-    stray = _files(Path.cwd()) if Path.cwd().name == WORKDIR else []
-    problems += [f"file left in the working directory: {name}" for name in stray[:10]]
+    if Path.cwd().name != WORKDIR:
+        problems.append(f"the working directory changed to {Path.cwd()}")
+    else:
+        problems += [f"file left in the working directory: {name}" for name in _files(Path.cwd())[:10]]
     assert not problems, f"after {what}, the caller's world changed:\n  " + "\n  ".join(problems[:30])
 
 

@@ -7,10 +7,10 @@ also runs the backend file itself (``Adapter.raw_artifact``) the plain way a dep
 * ``.pt2``: ``torch.export.load(path).module()`` called with the eager keyword arguments;
 * ``.onnx``: an ONNX Runtime session fed by graph input name (``name`` or ``input.name``), outputs named by
   the graph (an ``output.`` prefix dropped);
-* ``.pte``: the ExecuTorch Python runtime's ``forward``, the flat tensor arguments in the caller's order, the
-  outputs named after eager's flat outputs in order.
+* ``.pte``: the ExecuTorch Python runtime's ``forward``, the flat tensor arguments in the caller's order; its
+  outputs carry no names and come back as a list, in order.
 
-Each returns flat named outputs for ``pytest_hfexport.compare``.
+Each file is loaded once (``backend_runner``) and then run on any number of calls.
 """
 
 from __future__ import annotations
@@ -66,26 +66,24 @@ def _onnx(path: Path) -> Callable[..., dict[str, Any]]:
     return run
 
 
-def _executorch(path: Path, output_names: list[str]) -> Callable[..., dict[str, Any]]:
+def _executorch(path: Path) -> Callable[..., list[Any]]:
     from executorch.runtime import Runtime
 
     method = Runtime.get().load_program(Path(path)).load_method("forward")
 
-    def run(**kwargs: Any) -> dict[str, Any]:
-        outputs = list(method.execute([t.contiguous() for t in flat_named(kwargs).values()]))
-        names = output_names if len(outputs) == len(output_names) else output_names[:1]
-        return dict(zip(names, outputs))
+    def run(**kwargs: Any) -> list[Any]:
+        return list(method.execute([t.contiguous() for t in flat_named(kwargs).values()]))
 
     return run
 
 
-def backend_runner(path: Path, backend: str, output_names: list[str]) -> Callable[..., dict[str, Any]]:
-    """``run(**eager_kwargs) -> {flat name: tensor}`` over the backend file at ``path``. ``output_names`` are
-    eager's flat output names, for formats whose outputs carry no names (ExecuTorch)."""
+def backend_runner(path: Path, backend: str) -> Callable[..., dict[str, Any] | list[Any]]:
+    """``run(**eager_kwargs)`` over the backend file at ``path``: ``{flat name: tensor}``, or the outputs in order
+    where the format names none (ExecuTorch)."""
     if backend == "dynamo":
         return _dynamo(path)
     if backend == "onnx":
         return _onnx(path)
     if backend == "executorch":
-        return _executorch(path, output_names)
+        return _executorch(path)
     raise ValueError(f"no backend runtime for {backend!r}; backends: dynamo, onnx, executorch")

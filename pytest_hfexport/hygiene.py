@@ -212,11 +212,7 @@ def _model_state(model: Any) -> dict[str, Any]:
     ):
         for name, tensor in named:
             state[f"{kind} {name}"] = (id(tensor), tensor.detach().clone())
-            state[f"{kind} {name} dtype, device, requires_grad"] = (
-                tensor.dtype,
-                str(tensor.device),
-                tensor.requires_grad,
-            )
+            state[f"{kind} {name} device, requires_grad"] = (str(tensor.device), tensor.requires_grad)
     config = getattr(model, "config", None)
     if config is not None:
         state["config"] = copy.deepcopy(config.to_dict())
@@ -286,7 +282,7 @@ def _differs(a: Any, b: Any) -> bool:
     import torch
 
     if isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], torch.Tensor):
-        return not (isinstance(b, tuple) and a[0] == b[0] and a[1].shape == b[1].shape and torch.equal(a[1], b[1]))
+        return not (isinstance(b, tuple) and a[0] == b[0] and not _differs(a[1], b[1]))
     if isinstance(a, torch.Tensor):
         return not (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b))
     return a != b
