@@ -346,3 +346,44 @@ def test_a_not_buildable_verdict_serves_the_next_sweep_without_a_build(monkeypat
     started.clear()
     cli.sweep(cli.parse_args(argv), "fourth")
     assert sorted(name for name, *_ in started) == ["BertModel", "LlamaForCausalLM"]
+
+
+def test_a_committed_sweep_seeds_cells_of_the_same_versions_only(monkeypatch, tmp_path):
+    """``--seed``: the peer's committed cells are reused where their versions are the current ones (no worker
+    starts for them), measured again where not, and the report says which cells came from the seed."""
+    from conformance.coverage import cli, report, runner
+
+    started: list[str] = []
+
+    class RecordingSweep:
+        def __init__(self, impl, on_record, **_):
+            self.on_record = on_record
+
+        def run(self, tasks, deadline=None):
+            for task in tasks:
+                started.append(task.arch.name)
+                for backend in task.backends:
+                    self.on_record(task.arch, backend, {"status": "pass", "stage": "", "message": "", "checks": {}})
+            return 0
+
+    monkeypatch.setattr(runner, "Sweep", RecordingSweep)
+    seed_dir, out = tmp_path / "seed", tmp_path / "out"
+    argv = ["--only", "^(LlamaForCausalLM|BertModel)$", "--no-progress"]
+    cli.sweep(cli.parse_args([*argv, "--out", str(seed_dir)]), "the committed sweep")
+    seed = json.loads((seed_dir / "hfexport.json").read_text())
+    old = {**seed["cells"]["BertModel|base|dynamo"]["versions"], "torch": "2.12.0"}
+    for key in ("BertModel|base|dynamo", "BertModel|base|onnx"):
+        seed["cells"][key]["versions"] = old
+    (seed_dir / "hfexport.json").write_text(json.dumps(seed))
+
+    started.clear()
+    cli.sweep(cli.parse_args([*argv, "--out", str(out), "--seed", str(seed_dir)]), "seeded")
+    assert started == ["BertModel"]  # Llama's seeded cells reused; Bert's are of another torch
+    stored = json.loads((out / "hfexport.json").read_text())
+    llama = [r for r in stored["cells"].values() if r["arch"] == "LlamaForCausalLM"]
+    bert = [r for r in stored["cells"].values() if r["arch"] == "BertModel"]
+    assert len(llama) == 2 and all(r["seeded_from"] == str(seed_dir / "hfexport.json") for r in llama)
+    assert len(bert) == 2 and not any("seeded_from" in r for r in bert)
+    assert [r["command"] for r in stored["runs"]] == ["the committed sweep", "seeded"]
+    text = report.render({"hfexport": stored}, None, None)
+    assert f"2 of its cells are reused from the committed sweep `{seed_dir / 'hfexport.json'}`" in text

@@ -3,11 +3,14 @@ write the report from what both implementations' sweeps stored.
 
     python -m conformance.coverage [--impl hfexport|transformers] [--backends dynamo,onnx|all]
         [--scope all|types] [--only REGEX] [--limit N] [--jobs N] [--timeout S] [--budget MIN] [--fresh]
-        [--no-generation]
+        [--no-generation] [--seed DIR]
         [--markdown out.md] [--report]
 
-Cells already measured under the same versions are reused unless ``--fresh``. ``--backends all``
-adds ExecuTorch for a representative slice of architectures (``EXECUTORCH_SLICE``;
+Cells already measured under the same versions are reused unless ``--fresh``. ``--seed DIR`` first takes
+the cells of a committed sweep (``DIR/<impl>.json``) and its build verdicts (``DIR/builds.json``) that
+``--out`` lacks: ``make coverage`` seeds the peer's cells from ``docs/reports/coverage`` (the peer is a
+pinned release: its cells change only with the versions, and cells of other versions are measured again).
+``--backends all`` adds ExecuTorch for a representative slice of architectures (``EXECUTORCH_SLICE``;
 ``--executorch-all`` for every one). ``--report`` alone writes ``docs/coverage.md`` (and its chart)
 from ``out/coverage/*.json``; after a sweep it writes it too.
 """
@@ -68,6 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fresh", action="store_true", help="measure again cells stored for the same versions")
     parser.add_argument("--no-generation", action="store_true", help="skip export_for_generation and tokens")
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help="where the JSON results live")
+    parser.add_argument(
+        "--seed", type=Path, help="a folder of a committed sweep (<impl>.json, builds.json): its cells are reused"
+    )
     parser.add_argument("--markdown", type=Path, help="write the report here (default with --report: docs/coverage.md)")
     parser.add_argument("--report", action="store_true", help="write the report from the stored results")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -125,6 +131,10 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
     store = Store(args.out / f"{impl}.json", impl)
     archs = architectures(args.only, args.limit, args.scope)
     verdicts = BuildVerdicts(args.out / "builds.json")
+    if args.seed is not None:
+        seeded = store.merge_seed(args.seed / f"{impl}.json")
+        verdicts_seeded = verdicts.merge_seed(args.seed / "builds.json")
+        print(f"{impl}: seeded {seeded} cells and {verdicts_seeded} build verdicts from {args.seed}", file=sys.stderr)
     tasks, reused, known = plan(
         archs, backends, store, versions, fresh=args.fresh, executorch_all=args.executorch_all, verdicts=verdicts
     )

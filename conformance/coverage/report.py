@@ -157,6 +157,23 @@ def cell_text(record: dict[str, Any] | None) -> str:
     return text
 
 
+def _seeded_note(data: dict[str, Any] | None) -> str:
+    """Where cells came from a committed sweep (``--seed``), how many and from which file: they were measured
+    then, under the versions shown, not by the sweep that produced this page."""
+    seeds = collections.Counter(r["seeded_from"] for r in _cells(data).values() if r.get("seeded_from"))
+    if not seeds:
+        return ""
+    return (
+        " "
+        + "; ".join(
+            f"{count} of its cells are reused from the committed sweep `{seed}` (same versions; "
+            "`make coverage-peer` measures them again)"
+            for seed, count in seeds.items()
+        )
+        + "."
+    )
+
+
 def _runs(data: dict[str, Any] | None) -> list[dict[str, Any]]:
     return list(data.get("runs", [])) if data else []
 
@@ -236,6 +253,7 @@ def render(
                 else ""
             )
             + f"); {versions}."
+            + _seeded_note(data)
         )
     measured = {impl: len({r["arch"] for r in c.values()}) for impl, c in cells.items()}
     buildable = {

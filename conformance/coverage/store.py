@@ -102,6 +102,29 @@ class Store:
     def put(self, key: str, record: dict[str, Any]) -> None:
         self.cells[key] = record
 
+    def merge_seed(self, seed: Path) -> int:
+        """Take the cells of a committed sweep (``seed``: a store file of the same implementation) that this store
+        lacks, each marked with where it came from, and that sweep's runs. Whether a seeded cell is reused is
+        still ``reusable``'s call (same versions), so a seed from other versions is measured again. Returns how
+        many cells were taken."""
+        data = load(seed)
+        if data is None or data.get("impl") != self.impl:
+            return 0
+        taken = 0
+        for key, record in data.get("cells", {}).items():
+            if key not in self.cells:
+                self.cells[key] = {**record, "seeded_from": str(seed)}
+                taken += 1
+        if taken:
+            known = {(r.get("started"), r.get("command")) for r in self.data["runs"]}
+            seeded_runs = [
+                {**r, "seeded_from": str(seed)}
+                for r in data.get("runs", [])
+                if (r.get("started"), r.get("command")) not in known
+            ]
+            self.data["runs"] = sorted(self.data["runs"] + seeded_runs, key=lambda r: r.get("started") or "")
+        return taken
+
     def save(self) -> None:
         write_json(self.path, self.data)
 
@@ -138,6 +161,14 @@ class BuildVerdicts:
 
     def put(self, arch: str, head: str, verdict: dict[str, Any]) -> None:
         self.data[f"{arch}|{head}"] = verdict
+
+    def merge_seed(self, seed: Path) -> int:
+        """Take the verdicts of a committed sweep's ``builds.json`` that this file lacks (``get`` still checks
+        their versions); returns how many."""
+        data = load(seed) or {}
+        fresh = {key: verdict for key, verdict in data.items() if key not in self.data}
+        self.data.update(fresh)
+        return len(fresh)
 
     def save(self) -> None:
         write_json(self.path, self.data)
