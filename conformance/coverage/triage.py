@@ -71,16 +71,6 @@ TRIAGE: tuple[Triage, ...] = (
         "registration: register it, or bind use_cache=False for a plain export",
     ),
     Triage(
-        r"^(Funnel|CpmAnt)",
-        "",
-        r"input_ids.size\(\)\[1\] ==|input 'input_ids' has shape",
-        FIX,
-        "the forward builds position tables from Python lists of range(seq_len) (Funnel's relative-shift "
-        "attention: pos = list(range(seq_len)), pooled per block, kept Python ints on purpose so export sees static "
-        "sizes; CpmAnt's mask: torch.tensor(list(range(seqlen - prompt_length))[::-1])), so the graph is one "
-        "sequence length's. Needs a patch that builds the same tables with arange",
-    ),
-    Triage(
         r"^FastSpeech2Conformer",
         "",
         r"GuardOnDataDependentSymNode",

@@ -187,6 +187,20 @@ def _roberta() -> Any:
 register(ZooEntry("roberta", "encoder-text", _roberta, text_inputs))
 
 
+def _funnel() -> Any:
+    """Funnel Transformer: relative-shift attention whose position tables the model builds from Python lists of
+    positions, pooled to half the length per block and upsampled back by its decoder."""
+    return tf.FunnelModel(
+        tf.FunnelConfig(
+            d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1], num_decoder_layers=1, vocab_size=128
+        )
+    )
+
+
+# Eager Funnel refuses fewer than 3 tokens (its pooled tables overrun), so no one-token input.
+register(ZooEntry("funnel", "encoder-text", _funnel, text_inputs, one_token=False, min_seq=3))
+
+
 # The tiny vision tower every image entry shares: TINY's widths over 32x32 images in 8x8 patches.
 TINY_VISION = {
     **{k: TINY[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")},

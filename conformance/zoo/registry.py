@@ -38,6 +38,7 @@ class ZooEntry:
     batch: int = 2
     seq: bool = True
     one_token: bool = True
+    min_seq: int = 1  # the shortest input eager itself accepts (pooling encoders need a few tokens)
     query_tokens: tuple[int, ...] = (1, 3)  # query blocks a multi-token decode graph serves (eager must too)
     seed: int = 0  # the weights' seed: chosen so greedy generation is not degenerate
 

@@ -3,7 +3,17 @@
 Importing this package registers every built-in patch.
 """
 
-from . import attention, contiguity, module_to, moe, multimodal, sliding_window, ssm, vision  # noqa: F401  (register their patches)
+from . import (  # noqa: F401  (register their patches)
+    attention,
+    contiguity,
+    module_to,
+    moe,
+    multimodal,
+    position_lists,
+    sliding_window,
+    ssm,
+    vision,
+)
 from .registry import (
     FX_NODE_FIXES,
     FX_PROGRAM_FIXES,
