@@ -134,3 +134,64 @@ def test_without_the_matmul_patch_eager_attention_refuses_one_token(monkeypatch:
     program = DynamoExporter().export(EagerAttentionScores(), {"hidden": torch.randn(1, 6, 8)}, DynamoConfig(dynamic=True))
     with pytest.raises(AssertionError, match=r"Guard failed: hidden\.size\(\)\[1\] != 1"):
         program.module()(hidden=torch.randn(1, 1, 8))
+
+
+def _privacy_filter_experts():
+    import transformers as tf
+    from transformers.models.openai_privacy_filter import modeling_openai_privacy_filter as opf
+
+    config = tf.OpenAIPrivacyFilterConfig(
+        hidden_size=16, intermediate_size=8, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=1
+    )
+    config._experts_implementation = "eager"
+    torch.manual_seed(0)
+    experts = opf.OpenAIPrivacyFilterExperts(config)
+    for parameter in experts.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)
+    return experts
+
+
+def test_privacy_filter_dense_experts_equal_the_eager_loop() -> None:
+    """Every expert on every token, summed in expert order: the loop's float32 sums, bit for bit here."""
+    from hfexport.patching.moe import _dense_float32_experts
+
+    experts = _privacy_filter_experts()
+    dense = _dense_float32_experts(type(experts).forward)
+    torch.manual_seed(1)
+    hidden = torch.randn(7, 16)
+    indices = torch.stack([torch.randperm(4)[:2] for _ in range(7)])
+    weights = torch.rand(7, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            dense(experts, hidden, indices, weights), experts(hidden, indices, weights), atol=1e-6, rtol=1e-6
+        )
+
+
+def test_privacy_filter_experts_export_dynamic_and_match_eager() -> None:
+    class Routed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.experts = _privacy_filter_experts()
+            self.router = torch.nn.Linear(16, 4)
+
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            top, indices = torch.topk(self.router(hidden), 2, dim=-1)
+            return self.experts(hidden, indices, top.softmax(-1))
+
+    model = Routed().eval()
+    program = DynamoExporter().export(model, {"hidden": torch.randn(5, 16)}, DynamoConfig(dynamic=True))
+    for tokens in (5, 11):
+        hidden = torch.randn(tokens, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(hidden=hidden), model(hidden), atol=1e-5, rtol=1e-5)
+
+
+def test_without_the_dense_experts_the_privacy_filter_stops_at_a_data_dependent_guard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _without(monkeypatch, "OpenAIPrivacyFilterExperts.forward")
+    experts = _privacy_filter_experts()
+    inputs = {"hidden_states": torch.randn(5, 16), "router_indices": torch.tensor([[0, 1]] * 5),
+              "routing_weights": torch.rand(5, 2)}
+    with pytest.raises(HfExportError, match="data-dependent"):
+        DynamoExporter().export(experts, inputs, DynamoConfig(dynamic=True))

@@ -98,15 +98,6 @@ TRIAGE: tuple[Triage, ...] = (
         "as torch.cond (or a patch that always takes the general path)",
     ),
     Triage(
-        r"^OpenAIPrivacyFilter",
-        "",
-        r"GuardOnDataDependentSymNode",
-        FIX,
-        "the model pins its experts to experts_implementation='eager' (accumulation-order sensitive), the loop over "
-        "nonzero() expert hits, which guards on data-dependent sizes. Needs a traceable form of that loop with the "
-        "same fp32 accumulation (the dense form used for SwitchTransformers' experts)",
-    ),
-    Triage(
         r"^Parakeet",
         "",
         r"decoder_input_ids.size\(\)\[1\] ==|input 'decoder_input_ids' has shape",

@@ -58,3 +58,33 @@ def _dense_one_hot_experts(original: Any) -> Any:
         return output
 
     return forward
+
+
+@register_patch(
+    "dynamo",
+    "transformers.models.openai_privacy_filter.modeling_openai_privacy_filter.OpenAIPrivacyFilterExperts.forward",
+    reason=(
+        "the eager experts loop over nonzero() expert hits (data-dependent sizes); every expert in float32 "
+        "on every token, kept by its routing weight"
+    ),
+)
+def _dense_float32_experts(original: Any) -> Any:
+    """The privacy filter pins its experts to the eager loop and accumulates in float32 in expert order.
+
+    Dense form with the same arithmetic: each expert's float32 output for every token times that token's weight
+    for it (its routing weight where routed, an exact zero elsewhere), summed in expert order from zero, which is
+    the order the loop's ``index_add_`` adds them. Other experts implementations keep their own dispatch."""
+
+    def forward(self: Any, hidden_states: Any, router_indices: Any = None, routing_weights: Any = None) -> Any:
+        if self.config._experts_implementation != "eager":
+            return original(self, hidden_states, router_indices, routing_weights)
+        states = hidden_states.float()
+        total = states.new_zeros(states.shape)
+        for expert in range(self.num_experts):
+            weight = (routing_weights.float() * (router_indices == expert)).sum(-1, keepdim=True)
+            gate_up = states @ self.gate_up_proj[expert].float() + self.gate_up_proj_bias[expert].float()
+            out = self._apply_gate(gate_up).float() @ self.down_proj[expert].float()
+            total = total + (out + self.down_proj_bias[expert].float()) * weight
+        return total.to(hidden_states.dtype)
+
+    return forward
