@@ -259,7 +259,13 @@ def render(
     buildable = {
         impl: len({r["arch"] for r in c.values() if r["status"] != "not_buildable"}) for impl, c in cells.items()
     }
-    lines += ["", "Reproduce: `make coverage` (both sweeps, then this report).", ""]
+    lines += [
+        "",
+        "Reproduce: `make coverage` (hfexport's sweep; the peer's, which reuses the cells of its committed sweep in "
+        "`docs/reports/coverage/` under the same versions; then this report). `make coverage-peer` measures the peer "
+        "from scratch and rewrites that seed.",
+        "",
+    ]
     lines.append(
         (f"Enumerated: {enumerated} model classes. " if enumerated else "")
         + "Measured: "
