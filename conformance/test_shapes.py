@@ -15,8 +15,7 @@ from conformance.judge import assert_matches
 @given(data=st.data())
 def test_artifact_accepts_other_lengths(entry, exported, hfexport_backend, data):
     result = exported(entry)
-    shortest = max(entry.min_seq, 1 if entry.one_token else 2)
-    seq = data.draw(st.integers(min_value=shortest, max_value=12), label="seq")
+    seq = data.draw(st.integers(min_value=entry.min_seq, max_value=12), label="seq")
     inputs = entry.sample_inputs(result.model, batch=entry.sample[0], seq=seq)
     assert_matches(result.model, inputs, result.runner, hfexport_backend, f"seq={seq}")
 

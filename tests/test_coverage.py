@@ -384,6 +384,16 @@ def test_a_committed_sweep_seeds_cells_of_the_same_versions_only(monkeypatch, tm
     bert = [r for r in stored["cells"].values() if r["arch"] == "BertModel"]
     assert len(llama) == 2 and all(r["seeded_from"] == str(seed_dir / "hfexport.json") for r in llama)
     assert len(bert) == 2 and not any("seeded_from" in r for r in bert)
+
+    # A sweep whose budget runs out before it measures anything keeps none of the seed's stale cells.
+    class IdleSweep(RecordingSweep):
+        def run(self, tasks, deadline=None):
+            return len(tasks)
+
+    monkeypatch.setattr(runner, "Sweep", IdleSweep)
+    cli.sweep(cli.parse_args([*argv, "--out", str(tmp_path / "idle"), "--seed", str(seed_dir)]), "idle")
+    idle = json.loads((tmp_path / "idle" / "hfexport.json").read_text())["cells"]
+    assert sorted(idle) == ["LlamaForCausalLM|causal_lm|dynamo", "LlamaForCausalLM|causal_lm|onnx"]
     assert [r["command"] for r in stored["runs"]] == ["the committed sweep", "seeded"]
     text = report.render({"hfexport": stored}, None, None)
     assert f"2 of its cells are reused from the committed sweep `{seed_dir / 'hfexport.json'}`" in text

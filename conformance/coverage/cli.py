@@ -132,7 +132,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
     archs = architectures(args.only, args.limit, args.scope)
     verdicts = BuildVerdicts(args.out / "builds.json")
     if args.seed is not None:
-        seeded = store.merge_seed(args.seed / f"{impl}.json")
+        seeded = store.merge_seed(args.seed / f"{impl}.json", versions)
         verdicts_seeded = verdicts.merge_seed(args.seed / "builds.json")
         print(f"{impl}: seeded {seeded} cells and {verdicts_seeded} build verdicts from {args.seed}", file=sys.stderr)
     tasks, reused, known = plan(

@@ -102,17 +102,17 @@ class Store:
     def put(self, key: str, record: dict[str, Any]) -> None:
         self.cells[key] = record
 
-    def merge_seed(self, seed: Path) -> int:
+    def merge_seed(self, seed: Path, versions: dict[str, Any]) -> int:
         """Take the cells of a committed sweep (``seed``: a store file of the same implementation) that this store
-        lacks, each marked with where it came from, and that sweep's runs. Whether a seeded cell is reused is
-        still ``reusable``'s call (same versions), so a seed from other versions is measured again. Returns how
-        many cells were taken."""
+        lacks and that were measured under ``versions`` (a cell of other versions stays out: it would be measured
+        again, and a budgeted sweep that never reaches it must not report it), each marked with where it came
+        from, and that sweep's runs. Returns how many cells were taken."""
         data = load(seed)
         if data is None or data.get("impl") != self.impl:
             return 0
         taken = 0
         for key, record in data.get("cells", {}).items():
-            if key not in self.cells:
+            if key not in self.cells and record.get("versions") == versions:
                 self.cells[key] = {**record, "seeded_from": str(seed)}
                 taken += 1
         if taken:

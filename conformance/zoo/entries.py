@@ -197,8 +197,8 @@ def _funnel() -> Any:
     )
 
 
-# Eager Funnel refuses fewer than 3 tokens (its pooled tables overrun), so no one-token input.
-register(ZooEntry("funnel", "encoder-text", _funnel, text_inputs, one_token=False, min_seq=3))
+# Eager Funnel refuses fewer than 3 tokens (its pooled tables overrun).
+register(ZooEntry("funnel", "encoder-text", _funnel, text_inputs, min_seq=3))
 
 
 # The tiny vision tower every image entry shares: TINY's widths over 32x32 images in 8x8 patches.
@@ -232,7 +232,6 @@ def _register_image_model(name: str, build: Callable[[], Any]) -> None:
             sample=(1, 0),
             batch=3,
             seq=False,
-            one_token=False,
         )
     )
 
@@ -405,7 +404,7 @@ register(
         checks=("export", "shapes", "generation"),
         sample=(1, 4),
         other_seq=6,
-        one_token=False,
+        min_seq=2,
     )
 )
 
@@ -467,6 +466,6 @@ register(
         checks=("export", "generation"),
         sample=(1, 4),
         other_seq=6,
-        one_token=False,
+        min_seq=2,
     )
 )

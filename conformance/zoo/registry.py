@@ -25,7 +25,7 @@ class ZooEntry:
     """One tiny architecture: how to build it, how to make inputs of any size, which checks apply.
 
     ``sample`` is the (batch, sequence) the exports are traced on; every artifact also runs at
-    ``other_seq`` tokens, at ``batch`` rows with left padding and, where ``one_token``, at one token.
+    ``other_seq`` tokens, at ``batch`` rows with left padding and, where ``min_seq`` is 1, at one token.
     ``seq`` is False where the inputs have no token axis (images): then only the batch varies."""
 
     name: str
@@ -37,8 +37,7 @@ class ZooEntry:
     other_seq: int = 9
     batch: int = 2
     seq: bool = True
-    one_token: bool = True
-    min_seq: int = 1  # the shortest input eager itself accepts (pooling encoders need a few tokens)
+    min_seq: int = 1  # the shortest input the entry is run at: 1 where eager serves one token
     query_tokens: tuple[int, ...] = (1, 3)  # query blocks a multi-token decode graph serves (eager must too)
     seed: int = 0  # the weights' seed: chosen so greedy generation is not degenerate
 
@@ -65,7 +64,7 @@ class ZooEntry:
         sets = {
             "sample": lambda: self.sample_inputs(model),
             "other": (lambda: self.sample_inputs(model, b, self.other_seq)) if self.seq else None,
-            "one": (lambda: self.sample_inputs(model, b, 1)) if self.seq and self.one_token else None,
+            "one": (lambda: self.sample_inputs(model, b, 1)) if self.seq and self.min_seq == 1 else None,
             "batch": lambda: self.sample_inputs(model, self.batch, self.other_seq if self.seq else s),
         }
         return {kind: make() for kind in kinds if (make := sets.get(kind)) is not None}
