@@ -29,10 +29,10 @@ import _common
 BACKENDS = ("dynamo", "onnx", "executorch")
 
 
-def hfexport_export(backend: str, dynamic: bool) -> Callable[[Any, dict], Any]:
+def hfexport_export(backend: str, dynamic: bool, stack_traces: bool = False) -> Callable[[Any, dict], Any]:
     from hfexport import AutoExportConfig, AutoHfExporter
 
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": dynamic})
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": dynamic, "stack_traces": stack_traces})
     exporter = AutoHfExporter.from_config(config)
     return lambda model, inputs: exporter.export(model, inputs, config)
 
@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="timed exports per row; the fastest counts (default 1)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed first export per backend")
     parser.add_argument("--static", action="store_true", help="export with dynamic=False (default: dynamic=True)")
+    parser.add_argument("--stack-traces", action="store_true", help="hfexport records each node's source lines "
+                        "(stack_traces=True, as the peer always does; default: off, hfexport's default)")
     parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="folder for export_time.json/.png")
     args = parser.parse_args(argv)
     _common.quiet_logs()
@@ -92,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     impls: dict[str, dict[str, Any]] = {"hfexport": {}, "peer": {}}
     setup_errors: dict[tuple[str, str], str] = {}
     for backend in backends:
-        for impl, factory in (("hfexport", hfexport_export), ("peer", peer_export)):
+        factories = (("hfexport", lambda b, d: hfexport_export(b, d, args.stack_traces)), ("peer", peer_export))
+        for impl, factory in factories:
             try:
                 impls[impl][backend] = factory(backend, dynamic)
             except Exception as exc:  # e.g. a backend whose packages are missing

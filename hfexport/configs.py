@@ -229,6 +229,10 @@ class DynamoConfig(ExportConfigMixin, export_format=ExportFormat.DYNAMO):
     dynamic_shapes: Any = None
     # Data-dependent checks become runtime asserts in the graph rather than guards that specialise it.
     prefer_deferred_runtime_asserts_over_guards: bool = False
+    # Record each graph node's Python source lines (``node.meta["stack_trace"]``, which ONNX node metadata and
+    # ExecuTorch's debug tools read). Off by default: capturing them is a measurable part of an export's time
+    # (docs/performance.md), and export errors name the failing source line without them.
+    stack_traces: bool = False
 
     def validate(self) -> None:
         super().validate()

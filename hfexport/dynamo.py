@@ -44,6 +44,19 @@ RESTORED_ATTRIBUTE_WARNINGS = (r"The tensor attribute self\.\S*rope_deltas was a
 
 
 @contextlib.contextmanager
+def stack_traces(keep: bool) -> Any:
+    """Whether torch.fx captures a Python stack per graph node while tracing (``DynamoConfig.stack_traces``)."""
+    import torch.fx.config as fx_config
+
+    before = fx_config.do_not_emit_stack_traces
+    fx_config.do_not_emit_stack_traces = not keep
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = before
+
+
+@contextlib.contextmanager
 def _quiet_restored_attributes() -> Any:
     import warnings
 
@@ -140,9 +153,13 @@ class DynamoExporter(HfExporter):
         with self.tracing_mode(config):
             return program.run_decompositions({})
 
-    def tracing_mode(self, config: DynamoConfig):
-        """The mode that later passes over the program must keep (size-oblivious when dynamic)."""
-        return shapes.symbolic_size_one(config.dynamic or config.dynamic_shapes is not None)
+    @contextlib.contextmanager
+    def tracing_mode(self, config: DynamoConfig) -> Any:
+        """The mode that later passes over the program must keep (size-oblivious when dynamic, stack traces
+        captured only when asked for)."""
+        with shapes.symbolic_size_one(config.dynamic or config.dynamic_shapes is not None):
+            with stack_traces(config.stack_traces):
+                yield
 
     def dynamic_shapes_for(self, graph_inputs: dict[str, Any], config: DynamoConfig) -> Any:
         """Stage 4: explicit shapes unchanged, Dim.AUTO everywhere for dynamic=True, else static."""
@@ -172,6 +189,7 @@ class DynamoExporter(HfExporter):
             stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
             stack.enter_context(shapes.symbolic_size_one(dynamic_shapes is not None))
+            stack.enter_context(stack_traces(config.stack_traces))
             stack.enter_context(torch.no_grad())
             stack.enter_context(_quiet_restored_attributes())
             program = self._export(model, graph_inputs, dynamic_shapes, config)

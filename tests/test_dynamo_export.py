@@ -100,3 +100,28 @@ def test_bad_sample_inputs_are_refused():
         DynamoExporter().export(model, [1, 2], None)
     with pytest.raises(ValueError, match="no tensor"):
         DynamoExporter().export(model, {"use_cache": False}, None)
+
+
+def test_stack_traces_are_captured_only_when_asked():
+    """Capturing a Python stack per node slows every export (docs/performance.md); ``stack_traces=True`` keeps them."""
+    entry, model = zoo_model("llama")
+    inputs = entry.sample_inputs(model)
+
+    def from_model_source(program):  # (torch's own size asserts carry a trace of their own either way)
+        return [n.name for n in program.graph.nodes if "modeling_llama.py" in (n.meta.get("stack_trace") or "")]
+
+    assert from_model_source(DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))) == []
+    kept = from_model_source(DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True, stack_traces=True)))
+    assert len(kept) > 20
+
+
+class _BranchesOnData(torch.nn.Module):
+    def forward(self, input_ids):
+        if input_ids.sum() > 3:  # the line an export error must name
+            return input_ids * 2
+        return input_ids
+
+
+def test_an_export_error_names_the_source_line_without_stack_traces():
+    with pytest.raises(HfExportError, match="the line an export error must name"):
+        DynamoExporter().export(_BranchesOnData(), {"input_ids": torch.ones(2, 3)}, DynamoConfig(dynamic=True))
