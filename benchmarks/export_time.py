@@ -11,6 +11,7 @@ Only this benchmark imports ``transformers.exporters``: it is the peer being mea
 
     python benchmarks/export_time.py                       # llama, bert, vit x dynamo, onnx
     python benchmarks/export_time.py --models llama,t5 --backends dynamo,onnx,executorch --repeat 3
+    python benchmarks/export_time.py --generation --models llama,gemma3 --backends executorch
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ import _common
 BACKENDS = ("dynamo", "onnx", "executorch")
 
 
-def hfexport_export(backend: str, dynamic: bool, stack_traces: bool = False) -> Callable[[Any, dict], Any]:
+def hfexport_export(backend: str, dynamic: bool, stack_traces: bool = False,
+                    generation: bool = False) -> Callable[[Any, dict], Any]:
     from hfexport import AutoExportConfig, AutoHfExporter
 
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": dynamic, "stack_traces": stack_traces})
     exporter = AutoHfExporter.from_config(config)
+    if generation:
+        return lambda model, inputs: exporter.export_for_generation(model, inputs, config)
     return lambda model, inputs: exporter.export(model, inputs, config)
 
 
-def peer_export(backend: str, dynamic: bool) -> Callable[[Any, dict], Any]:
+def peer_export(backend: str, dynamic: bool, generation: bool = False) -> Callable[[Any, dict], Any]:
     """The peer's exporter for ``backend``; its export() returns an ExportedModel wrapper (program inside)."""
     import transformers.exporters as peer
 
@@ -45,6 +49,8 @@ def peer_export(backend: str, dynamic: bool) -> Callable[[Any, dict], Any]:
                "executorch": (peer.ExecutorchExporter, peer.ExecutorchConfig)}
     exporter_cls, config_cls = classes[backend]
     exporter, config = exporter_cls(), config_cls(dynamic=dynamic)
+    if generation:
+        return lambda model, inputs: exporter.export_for_generation(model, inputs, config)
     return lambda model, inputs: exporter.export(model, inputs, config).program
 
 
@@ -73,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="timed exports per row; the fastest counts (default 1)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed first export per backend")
     parser.add_argument("--static", action="store_true", help="export with dynamic=False (default: dynamic=True)")
+    parser.add_argument("--generation", action="store_true", help="time export_for_generation (every component "
+                        "generate() needs) instead of the plain export; models without the generation check are "
+                        "left out")
     parser.add_argument("--stack-traces", action="store_true", help="hfexport records each node's source lines "
                         "(stack_traces=True, as the peer always does; default: off, hfexport's default)")
     parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="folder for export_time.json/.png")
@@ -89,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         entries = [get(name) for name in args.models.split(",") if name]
     except KeyError as exc:
         parser.error(str(exc))
+    if args.generation:
+        entries = [e for e in entries if "generation" in e.checks]
     dynamic = not args.static
 
     impls: dict[str, dict[str, Any]] = {"hfexport": {}, "peer": {}}
     setup_errors: dict[tuple[str, str], str] = {}
     for backend in backends:
-        factories = (("hfexport", lambda b, d: hfexport_export(b, d, args.stack_traces)), ("peer", peer_export))
+        factories = (("hfexport", lambda b, d: hfexport_export(b, d, args.stack_traces, args.generation)),
+                     ("peer", lambda b, d: peer_export(b, d, args.generation)))
         for impl, factory in factories:
             try:
                 impls[impl][backend] = factory(backend, dynamic)
@@ -148,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median ratio hfexport/peer: {'-' if med is None else f'{med:.3f}'}  by backend: " + ", ".join(
         f"{b} {'-' if v is None else f'{v:.3f}'}" for b, v in summary["median_ratio_by_backend"].items()))
 
-    payload = {"dynamic": dynamic, "repeat": args.repeat, "warmup": not args.no_warmup, "rows": rows, **summary}
-    path = _common.write_json(args.out, "export_time", payload)
+    payload = {"dynamic": dynamic, "generation": args.generation, "stack_traces": args.stack_traces, "repeat": args.repeat, "warmup": not args.no_warmup, "rows": rows, **summary}
+    name = "export_time_generation" if args.generation else "export_time"
+    path = _common.write_json(args.out, name, payload)
     labels = [f"{r['model']}/{r['backend']}" for r in rows]
-    png = _common.bar_plot(args.out, "export_time", "export time (s), lower is better", labels,
+    png = _common.bar_plot(args.out, name, "export time (s), lower is better", labels,
                            {"hfexport": [r["hfexport_s"] for r in rows],
                             "transformers.exporters": [r["peer_s"] for r in rows]},
                            "seconds")
