@@ -66,6 +66,25 @@ def accept_batch_one(program: torch.export.ExportedProgram, names: list[str], sa
     return dropped
 
 
+# Attribute of an accepted batch-2 program that lists the guards ``accept_batch_one`` dropped: a later retrace of
+# the program (functionalisation) derives its guards again from the batch-2 trace, and they must go again.
+DROPPED_ATTR = "_hfexport_dropped_guards"
+
+
+def remember_dropped(program: torch.export.ExportedProgram, dropped: list[str]) -> None:
+    setattr(program, DROPPED_ATTR, list(dropped))
+
+
+def drop_again(program: torch.export.ExportedProgram, source: torch.export.ExportedProgram) -> list[str]:
+    """Remove from ``program`` (a retrace of ``source``) the guards ``accept_batch_one`` dropped from ``source``;
+    returns those that had come back."""
+    dropped = getattr(source, DROPPED_ATTR, [])
+    back = [g for g in program._guards_code if g in dropped]
+    program._guards_code = [g for g in program._guards_code if g not in dropped]
+    remember_dropped(program, dropped)
+    return back
+
+
 def differs_from_eager(model: Any, program: torch.export.ExportedProgram, inputs: Mapping[str, Any]) -> str:
     """Empty when ``program`` gives the eager model's outputs at ``inputs`` (run on copies); else what differs."""
     from torch.utils import _pytree

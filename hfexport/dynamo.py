@@ -151,7 +151,9 @@ class DynamoExporter(HfExporter):
         # USER_INPUT_MUTATION outputs that program.module() applies back to the caller's tensors.
         logger.debug("functionalising %s: it writes into %s", type(model).__name__, ", ".join(written))
         with self.tracing_mode(config):
-            return program.run_decompositions({})
+            functional = program.run_decompositions({})
+        batch_retrace.drop_again(functional, program)  # the retrace derives the batch-2 trace's guards again
+        return functional
 
     @contextlib.contextmanager
     def tracing_mode(self, config: DynamoConfig) -> Any:
@@ -243,6 +245,7 @@ class DynamoExporter(HfExporter):
         logger.info(
             "batch of %s was pinned at 1 by the trace; traced from batch 2, dropped %s", ", ".join(names), dropped
         )
+        batch_retrace.remember_dropped(retraced, dropped)
         return retraced
 
     # -- artifacts ------------------------------------------------------------------------

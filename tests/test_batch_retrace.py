@@ -74,3 +74,27 @@ def test_onnx_program_serves_batch_1_and_3() -> None:
     for hidden in (SAMPLE["hidden"], *OTHER_BATCHES):
         (got,) = runner({"hidden": hidden}).values()
         torch.testing.assert_close(got, _eager(model, hidden), atol=1e-5, rtol=1e-4)
+
+
+class PooledAttentionCounting(PooledAttention):
+    """Writes into an input (a step counter, as a StaticCache's position would), so the exporter functionalises the
+    accepted batch-2 program: that retrace derives the batch-2 trace's guards again (Nemotron's RNN-T)."""
+
+    def forward(self, hidden: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        steps.add_(1)
+        return super().forward(hidden)
+
+
+def test_guards_dropped_by_the_retrace_stay_dropped_after_functionalisation(tmp_path) -> None:
+    model = PooledAttentionCounting()
+    sample = {"hidden": SAMPLE["hidden"], "steps": torch.zeros(1, dtype=torch.long)}
+    program = DynamoExporter().export(model, sample, DynamoConfig(dynamic=True))
+    path = tmp_path / "model.pt2"
+    DynamoExporter.save(program, str(path))
+    loaded = DynamoExporter.load(str(path))
+    for hidden in (SAMPLE["hidden"], OTHER_BATCHES[1]):
+        with torch.no_grad():
+            expected = PooledAttention.forward(model.eval(), hidden)
+        for served in (program, loaded):
+            steps = torch.zeros(1, dtype=torch.long)
+            torch.testing.assert_close(served.module()(hidden=hidden, steps=steps), expected)

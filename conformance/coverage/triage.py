@@ -147,9 +147,8 @@ TRIAGE: tuple[Triage, ...] = (
         r"decoder_input_ids",
         FIX,
         "the same RNN-T prediction network as Parakeet's: an nn.LSTM unrolled over the sample's decoder length (3), "
-        "so the ONNX graph refuses 4 decoder tokens. On dynamo the program from the batch-2 retrace still guards "
-        "decoder_input_ids.size()[0] != 1 once loaded and refuses the batch-1 sample it was opened for: the "
-        "retrace's guard dropping misses a guard of this form. Not yet analysed further",
+        "so the ONNX graph refuses 4 decoder tokens and the Dynamo program guards decoder_input_ids.size()[1] == 3 "
+        "(the batch-2 retrace's batch guard, which functionalisation used to bring back, is dropped for good now)",
     ),
     Triage(
         r"^PixtralVisionModel$",
