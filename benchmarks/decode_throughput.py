@@ -87,8 +87,9 @@ def backend_rate(runner: str, model: Any, prompt: Any, new_tokens: int, cache: i
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
     exporter = type(AutoHfExporter.from_config(config))(**options)
     inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
-    export_s, programs = _common.timed(lambda: exporter.export_for_generation(
-        model, inputs, config, generation_config=generation_config(cache), multi_token_decode=True))
+    with _common.PeakRss() as rss:
+        export_s, programs = _common.timed(lambda: exporter.export_for_generation(
+            model, inputs, config, generation_config=generation_config(cache), multi_token_decode=True))
     path = workdir / f"decode{len(list(workdir.iterdir()))}{exporter.file_suffix}"
     exporter.save(programs["decode"], str(path))
     del programs
@@ -98,7 +99,7 @@ def backend_rate(runner: str, model: Any, prompt: Any, new_tokens: int, cache: i
     return {"tokens_per_s": statistics.median(r.tokens_per_s for r in results),
             "runs": [r.tokens_per_s for r in results],
             "prefill_ms": 1000 * statistics.median(r.prefill_s for r in results),
-            "export_s": export_s, "tokens": results[-1].tokens}
+            "export_s": export_s, "export_peak_mib": rss.peak_mib, "tokens": results[-1].tokens}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for r in rows:
         r["min_tokens_per_s"], r["max_tokens_per_s"] = (min(r["runs"]), max(r["runs"])) if r.get("runs") else (None,) * 2
-    print(_common.table(["runner", "tokens/s", "min", "max", "x eager", "prefill ms", "export s", "tokens = eager",
-                         "status"],
+    print(_common.table(["runner", "tokens/s", "min", "max", "x eager", "prefill ms", "export s",
+                         "export peak RSS MiB", "tokens = eager", "status"],
                         [[r["runner"], r.get("tokens_per_s"), r.get("min_tokens_per_s"), r.get("max_tokens_per_s"),
-                          r.get("speedup_vs_eager"), r.get("prefill_ms"), r.get("export_s"),
+                          r.get("speedup_vs_eager"), r.get("prefill_ms"), r.get("export_s"), r.get("export_peak_mib"),
                           r.get("tokens_match_eager"), r["status"][:90]] for r in rows]))
     payload = {"model": {"arch": "llama", "hidden": args.hidden, "layers": args.layers, "vocab": 1024,
                          "cache": args.cache}, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,

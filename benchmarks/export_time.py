@@ -10,6 +10,7 @@ first), and within a row the order alternates. Each time is the fastest of ``--r
 Only this benchmark imports ``transformers.exporters``: it is the peer being measured.
 
     python benchmarks/export_time.py                       # llama, bert, vit x dynamo, onnx
+    python benchmarks/export_time.py --models all --repeat 2  # every zoo entry x dynamo, onnx
     python benchmarks/export_time.py --models llama,t5 --backends dynamo,onnx,executorch --repeat 3
     python benchmarks/export_time.py --generation --models llama,gemma3 --backends executorch
 """
@@ -72,8 +73,8 @@ def measure(fn: Callable[[Any, dict], Any], model: Any, inputs: dict,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="llama,bert,vit", help="comma list of conformance zoo entries "
-                        "(default: llama,bert,vit)")
+    parser.add_argument("--models", default="llama,bert,vit", help="comma list of conformance zoo entries, or "
+                        "'all' for every entry (default: llama,bert,vit)")
     parser.add_argument("--backends", default="dynamo,onnx", help=f"comma list of {', '.join(BACKENDS)} "
                         "(default: dynamo,onnx)")
     parser.add_argument("--repeat", type=int, default=1, help="timed exports per row; the fastest counts (default 1)")
@@ -88,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _common.quiet_logs()
 
-    from conformance.zoo import get
+    from conformance.zoo import ZOO, get
 
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
         parser.error(f"unknown backend(s) {unknown}; choose from {list(BACKENDS)}")
     try:
-        entries = [get(name) for name in args.models.split(",") if name]
+        names = list(ZOO) if args.models == "all" else args.models.split(",")
+        entries = [get(name) for name in names if name]
     except KeyError as exc:
         parser.error(str(exc))
     if args.generation:
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median ratio hfexport/peer: {'-' if med is None else f'{med:.3f}'}  by backend: " + ", ".join(
         f"{b} {'-' if v is None else f'{v:.3f}'}" for b, v in summary["median_ratio_by_backend"].items()))
 
-    payload = {"dynamic": dynamic, "generation": args.generation, "stack_traces": args.stack_traces, "repeat": args.repeat, "warmup": not args.no_warmup, "rows": rows, **summary}
+    payload = {"dynamic": dynamic, "generation": args.generation, "stack_traces": args.stack_traces,
+               "repeat": args.repeat, "warmup": not args.no_warmup, "rows": rows, **summary}
     name = "export_time_generation" if args.generation else "export_time"
     path = _common.write_json(args.out, name, payload)
     labels = [f"{r['model']}/{r['backend']}" for r in rows]

@@ -110,7 +110,9 @@ def measure(model_name: str, backend: str, workdir: Path) -> dict[str, Any]:
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
     exporter = AutoHfExporter.from_config(config)
     try:
-        row["export_s"], programs = _common.timed(lambda: exporter.export_for_generation(model, inputs, config))
+        with _common.PeakRss() as rss:
+            row["export_s"], programs = _common.timed(lambda: exporter.export_for_generation(model, inputs, config))
+        row["export_peak_mib"] = rss.peak_mib
         row["components"] = list(programs)
         runners = {}
         for name, program in programs.items():
@@ -174,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         return "known failure" if row.get("static_known") else "FAIL"
 
     print(_common.table(
-        ["model", "backend", "export s", "components", "max err", "16 tokens", "static loop"],
-        [[r["model"], r["backend"], r.get("export_s"), ",".join(r.get("components", [])) or "-",
+        ["model", "backend", "export s", "peak RSS MiB", "components", "max err", "16 tokens", "static loop"],
+        [[r["model"], r["backend"], r.get("export_s"), r.get("export_peak_mib"),
+          ",".join(r.get("components", [])) or "-",
           f"{r['max_err']:.1e}" if "max_err" in r else "-", tokens_cell(r), static_cell(r)] for r in rows]))
     notes = [(r, r["error"], r.get("known")) for r in rows if "error" in r]
     static = "static_loop_match"

@@ -14,11 +14,13 @@ beside them, as a concurrent test job would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import _common
@@ -28,6 +30,19 @@ import decode_throughput
 def _busy() -> None:
     while True:
         pass
+
+
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` busy-looping processes for the duration of the block (the load of a concurrent test job)."""
+    busy = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(count)]
+    for process in busy:
+        process.start()
+    try:
+        yield
+    finally:
+        for process in busy:
+            process.terminate()
 
 
 def session_options() -> dict[str, Any]:
@@ -65,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
     exporter = AutoHfExporter.from_config(config)
     rows: list[dict[str, Any]] = []
-    busy: list[Any] = []
     with tempfile.TemporaryDirectory() as tmp:
         programs = exporter.export_for_generation(
             model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, config,
@@ -76,17 +90,11 @@ def main(argv: list[str] | None = None) -> int:
                  for name, options in session_options().items()}
         for loop in loops.values():
             loop.generate(prompt, 8)  # warm-up
-        try:
-            busy = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(args.load)]
-            for process in busy:
-                process.start()
-            runs: dict[str, list[float]] = {name: [] for name in loops}
+        runs: dict[str, list[float]] = {name: [] for name in loops}
+        with busy_processes(args.load):
             for _ in range(args.repeat):
                 for name, loop in loops.items():
                     runs[name].append(loop.generate(prompt, args.new_tokens).tokens_per_s)
-        finally:
-            for process in busy:
-                process.terminate()
     base = statistics.median(runs["ORT defaults"])
     for name, values in runs.items():
         rows.append({"options": name, "tokens_per_s": statistics.median(values), "min": min(values),
