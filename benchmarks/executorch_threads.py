@@ -26,7 +26,7 @@ from typing import Any
 
 import _common
 import decode_throughput
-from ort_session_options import busy_processes
+from ort_session_options import busy_processes, loop_arguments
 
 
 def _child(path: str, threads: int, new_tokens: int) -> int:
@@ -56,13 +56,7 @@ def _generation(path: str, threads: int, new_tokens: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
-    parser.add_argument("--load", type=int, default=0, help="busy-looping processes run beside (default 0)")
-    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT)
+    parser = loop_arguments(__doc__)
     parser.add_argument("--child", help=argparse.SUPPRESS)  # a saved decode program: run one generation
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -45,6 +45,18 @@ def busy_processes(count: int) -> Iterator[None]:
             process.terminate()
 
 
+def loop_arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options every decode-loop variance benchmark takes: the model's size, the run and the load beside it."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--load", type=int, default=0, help="busy-looping processes run beside (default 0)")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT)
+    return parser
+
+
 def session_options() -> dict[str, Any]:
     import onnxruntime as ort
 
@@ -59,14 +71,7 @@ def session_options() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
-    parser.add_argument("--load", type=int, default=0, help="busy-looping processes run beside (default 0)")
-    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT)
-    args = parser.parse_args(argv)
+    args = loop_arguments(__doc__).parse_args(argv)
     _common.quiet_logs()
 
     import torch
