@@ -63,13 +63,19 @@ def _owner(path: str) -> Any:
 @contextlib.contextmanager
 def inject(monkeypatch: pytest.MonkeyPatch, stage: str, backend: str, after_calls: int = 0) -> Iterator[dict]:
     """Make the stage's entry point raise (after running it, for ``after-trace``; after ``after_calls`` good calls
-    otherwise); yields a record of whether it fired."""
+    otherwise); yields a record of whether it fired.
+
+    Only inside the block: a module first imported inside it may bind the failing entry point by name
+    (``from torch.export import export``, as ExecuTorch's XNNPACK passes do) and keep it after ``undo()``, so
+    the replacement turns into the original once the block ends."""
     owner_path, name = INJECTION_POINTS[stage][backend]
     owner = _owner(owner_path)
     original = getattr(owner, name)
-    fired = {"count": 0, "fired": False}
+    fired = {"count": 0, "fired": False, "active": True}
 
     def failing(*args: Any, **kwargs: Any) -> Any:
+        if not fired["active"]:  # a reference kept past the block
+            return original(*args, **kwargs)
         fired["count"] += 1
         if fired["count"] <= after_calls:
             return original(*args, **kwargs)
@@ -86,6 +92,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, stage: str, backend: str, after_call
     try:
         yield fired
     finally:
+        fired["active"] = False
         monkeypatch.undo()
 
 
