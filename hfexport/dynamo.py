@@ -152,7 +152,9 @@ class DynamoExporter(HfExporter):
         logger.debug("functionalising %s: it writes into %s", type(model).__name__, ", ".join(written))
         with self.tracing_mode(config):
             functional = program.run_decompositions({})
-        batch_retrace.drop_again(functional, program)  # the retrace derives the batch-2 trace's guards again
+        back = batch_retrace.drop_again(functional, program)  # the retrace derives the batch-2 trace's guards again
+        if back:
+            logger.debug("functionalisation brought back guards the batch retrace had dropped; dropped again: %s", back)
         return functional
 
     @contextlib.contextmanager
