@@ -81,7 +81,6 @@ def drop_again(program: torch.export.ExportedProgram, source: torch.export.Expor
     dropped = getattr(source, DROPPED_ATTR, [])
     back = [g for g in program._guards_code if g in dropped]
     program._guards_code = [g for g in program._guards_code if g not in dropped]
-    remember_dropped(program, dropped)
     return back
 
 

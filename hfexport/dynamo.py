@@ -192,8 +192,7 @@ class DynamoExporter(HfExporter):
             stack.enter_context(apply_patches(*self.patch_backends))  # stage 2
             stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
-            stack.enter_context(shapes.symbolic_size_one(dynamic_shapes is not None))
-            stack.enter_context(stack_traces(config.stack_traces))
+            stack.enter_context(self.tracing_mode(config))
             stack.enter_context(torch.no_grad())
             stack.enter_context(_quiet_restored_attributes())
             program = self._export(model, graph_inputs, dynamic_shapes, config)

@@ -47,6 +47,9 @@ TORCH_SWITCHES: dict[str, Callable[[Any], Any]] = {
     "sdpa memory-efficient": lambda torch: torch.backends.cuda.mem_efficient_sdp_enabled(),
     "sdpa math": lambda torch: torch.backends.cuda.math_sdp_enabled(),
     "sdpa cudnn": lambda torch: torch.backends.cuda.cudnn_sdp_enabled(),
+    # Tracing switches an exporter sets while it traces: left on, they change every later torch.export in the process.
+    "fx stack traces off": lambda torch: torch.fx.config.do_not_emit_stack_traces,
+    "size-oblivious tracing": lambda torch: torch.fx.experimental._config.backed_size_oblivious,
 }
 
 

@@ -10,17 +10,9 @@ from hfexport import DynamoConfig, DynamoExporter, HfExportError
 from hfexport.model_state import diff_model_state, snapshot_model
 from hfexport.patching import PATCHES, register_patch
 from hfexport.patching.registry import apply_patches, resolve_owner
+from pytest_hfexport.process_state import torch_switches
 
 from helpers import zoo_model
-
-
-def _torch_switches():
-    """The process-wide torch settings an export flips while it traces."""
-    import torch.fx.config as fx_config
-    import torch.fx.experimental._config as shape_config
-
-    return {"stack_traces_off": fx_config.do_not_emit_stack_traces,
-            "size_oblivious": shape_config.backed_size_oblivious}
 
 
 def _patched_values():
@@ -44,7 +36,7 @@ def test_model_inputs_and_patches_restored(fail):
     ids_before = {k: id(v) for k, v in inputs.items()}
     snap = snapshot_model(model)
     patched_before = _patched_values()
-    switches_before = _torch_switches()
+    switches_before = torch_switches()
 
     exporter = DynamoExporter()
     if fail:
@@ -68,7 +60,7 @@ def test_model_inputs_and_patches_restored(fail):
     for k, v in inputs.items():
         assert torch.equal(v, inputs_before[k])
     assert _patched_values() == patched_before
-    assert _torch_switches() == switches_before
+    assert torch_switches() == switches_before
 
 
 def test_a_cache_in_the_inputs_is_not_mutated():
