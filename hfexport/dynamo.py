@@ -266,8 +266,9 @@ class DynamoExporter(HfExporter):
 
     @classmethod
     def load(cls, path: str) -> torch.export.ExportedProgram:
-        caches.register_cache_pytrees()
-        return torch.export.load(str(path))
+        from .runtime.program_store import load_program  # read once per process while the file is unchanged
+
+        return load_program(path)
 
 
 def _plain_model_outputs(value: Any) -> Any:

@@ -22,6 +22,7 @@ import torch.fx._pytree as fx_pytree
 from .. import caches
 from ..decode_calls import cache_slot_mask
 from .dynamo import FlatGraph
+from .program_store import load_program
 from .reinplace import reinplace_input_updates
 
 
@@ -147,7 +148,7 @@ class DynamoDecodeLoop(DecodeLoop):
     def __init__(self, program: Any, max_cache_len: int | None = None) -> None:
         caches.register_cache_pytrees()
         if not isinstance(program, torch.export.ExportedProgram):
-            program = torch.export.load(str(program))
+            program = load_program(program)
         self.module = program.module()
         # The cache is updated in place by the graph itself (no copy of the cache and copy back per step).
         reinplace_input_updates(self.module)

@@ -11,6 +11,7 @@ from .. import caches
 from ..errors import RunnerInputError
 from ..outputs import flatten_named
 from .base import Runner
+from .program_store import load_program
 
 Ranges = dict[str, dict[int, tuple[int, int | None]]]
 
@@ -65,7 +66,7 @@ class DynamoRunner(Runner):
     def __init__(self, program: Any) -> None:
         caches.register_cache_pytrees()
         if not isinstance(program, torch.export.ExportedProgram):
-            program = torch.export.load(str(program))
+            program = load_program(program)
         self.program = program
         self.module = program.module()
         if program.example_inputs is None:
