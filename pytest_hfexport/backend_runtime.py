@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .exported_files import read_exported_program
 from .naming import flat_named
 
 INPUT_PREFIX, OUTPUT_PREFIX = "input.", "output."
@@ -31,10 +32,7 @@ def _strip(name: str, prefix: str) -> str:
 def _dynamo(path: Path) -> Callable[..., dict[str, Any]]:
     import torch
 
-    from .adapters.base import tolerant_logging
-
-    with tolerant_logging():
-        module = torch.export.load(str(path)).module()
+    module = read_exported_program(path).module()
 
     def run(**kwargs: Any) -> dict[str, Any]:
         with torch.no_grad():

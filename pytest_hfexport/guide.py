@@ -27,6 +27,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from .exported_files import read_exported_program
 from .naming import flat_named, map_tensors
 
 CACHE_ARG = "past_key_values"
@@ -62,12 +63,7 @@ class DynamoGuide:
     in_place = True
 
     def __init__(self, path: Path, batch: int = 1) -> None:
-        import torch
-
-        from .adapters.base import tolerant_logging
-
-        with tolerant_logging():
-            program = torch.export.load(str(path))
+        program = read_exported_program(path)
         self.module = program.module()
         if program.example_inputs is None or CACHE_ARG not in program.example_inputs[1]:
             raise GuideError(

@@ -1,0 +1,58 @@
+"""pytest_hfexport.exported_files: the plugin reads a .pt2 once per content, and each check gets its own copy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_hfexport import exported_files
+
+
+class Counter(torch.nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((3,), scale))
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return x * self.weight + self.calls
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    monkeypatch.setattr(exported_files, "_read", {})
+    calls: list[str] = []
+    original = torch.export.load
+
+    def counting(path, *args, **kwargs):
+        calls.append(str(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export, "load", counting)
+    return calls
+
+
+def _save(path, scale: float) -> None:
+    torch.export.save(torch.export.export(Counter(scale), (torch.ones(3),)), str(path))
+
+
+def test_a_file_is_read_once_and_each_caller_gets_its_own_program(tmp_path, reads):
+    path = tmp_path / "model.pt2"
+    _save(path, 2.0)
+    x = torch.ones(3)
+    first = exported_files.read_exported_program(path).module()
+    first(x)
+    second = exported_files.read_exported_program(path).module()
+    torch.testing.assert_close(second(x), x * 2 + 1)  # not the first caller's count
+    assert len(reads) == 1
+
+
+def test_a_rewritten_file_is_read_again(tmp_path, reads):
+    path = tmp_path / "model.pt2"
+    _save(path, 2.0)
+    exported_files.read_exported_program(path)
+    _save(path, 3.0)
+    program = exported_files.read_exported_program(path)
+    torch.testing.assert_close(program.module()(torch.ones(3)), torch.full((3,), 4.0))
+    assert len(reads) == 2
