@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from conformance.zoo import ZooEntry, select
+from pytest_hfexport.artifact_cache import describe
 
 KNOWN_FAILURES = Path(__file__).parent / "known_failures"
 # Tokens every generation check runs for (the reference must also be non-degenerate: tests/test_zoo.py).
@@ -99,12 +100,15 @@ def exported(
     export_cache: dict, hfexport_implementation: Any, hfexport_backend: str, hfexport_artifact_cache: Any
 ) -> Callable[..., Exported]:
     """``exported(entry)``: the plain dynamic export; ``exported(entry, generation=True, **options)``: every
-    ``export_for_generation`` component. Saved, loaded back, kept per session; saved artifacts are reused
+    ``export_for_generation`` component; ``config=`` replaces the config's ``dynamic=True`` by other fields
+    (explicit ``dynamic_shapes``). Saved, loaded back, kept per session; saved artifacts are reused
     across sessions through the plugin's artifact cache (unless --hfexport-no-cache), and loaded and run
     against eager by every check either way."""
     adapter = hfexport_implementation
 
-    def build(entry: ZooEntry, directory: Path, generation: bool, options: dict[str, Any]) -> Exported:
+    def build(
+        entry: ZooEntry, directory: Path, generation: bool, options: dict[str, Any], fields: dict[str, Any]
+    ) -> Exported:
         model = entry.model()
         result = Exported(entry, model, entry.sample_inputs(model))
         try:
@@ -112,7 +116,7 @@ def exported(
             if generation:
                 adapter.require("export_for_generation", hfexport_backend)
             exporter = adapter.exporter(hfexport_backend)
-            config = adapter.config(hfexport_backend, dynamic=True)
+            config = adapter.config(hfexport_backend, **fields)
 
             def export_and_save(folder: Path) -> dict[str, Path]:
                 start = time.perf_counter()
@@ -141,11 +145,14 @@ def exported(
             result.error = exc
         return result
 
-    def get(entry: ZooEntry, generation: bool = False, **options: Any) -> Exported:
+    def get(
+        entry: ZooEntry, generation: bool = False, config: dict[str, Any] | None = None, **options: Any
+    ) -> Exported:
+        fields = config if config is not None else {"dynamic": True}
         described = sorted((k, v.to_dict() if hasattr(v, "to_dict") else v) for k, v in options.items())
-        key = (adapter.name, hfexport_backend, entry.name, generation, repr(described))
+        key = (adapter.name, hfexport_backend, entry.name, generation, repr(described), repr(describe(fields)))
         directory = export_cache["dir"] / f"{export_cache['built']}-{hfexport_backend}-{entry.name}"
-        return _cached(export_cache, key, lambda: build(entry, directory, generation, options))
+        return _cached(export_cache, key, lambda: build(entry, directory, generation, options, fields))
 
     return get
 

@@ -26,7 +26,7 @@ RANGE_SPAN = 5  # the Dim's max is the sample length plus this
 
 
 @pytest.mark.parametrize("entry", entry_params("shapes", names=RANGE_ENTRIES))
-def test_explicit_dim_ranges_are_honoured(entry, hfexport_implementation, hfexport_backend, tmp_path):
+def test_explicit_dim_ranges_are_honoured(entry, exported, hfexport_backend):
     """``dynamic_shapes`` with an explicit ``Dim(min=2, max=sample+5)`` on the sequence axis go to the export as
     given: the artifact matches eager at both ends of the range and, where the format carries ranges (a
     torch.export program, an ExecuTorch program planned for its upper bound), refuses a length outside it
@@ -34,9 +34,7 @@ def test_explicit_dim_ranges_are_honoured(entry, hfexport_implementation, hfexpo
     fails here. ONNX graphs carry no ranges: there, only the two ends are run."""
     import torch
 
-    adapter = hfexport_implementation
-    model = entry.model()
-    sample = entry.sample_inputs(model)
+    sample = entry.sample_inputs(entry.model())
     batch, length = sample["input_ids"].shape
     low, high = 2, length + RANGE_SPAN
     seq = torch.export.Dim("seq", min=low, max=high)
@@ -44,10 +42,8 @@ def test_explicit_dim_ranges_are_honoured(entry, hfexport_implementation, hfexpo
         k: {1: seq} for k, v in sample.items() if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == length
     }
     # As the guide configures explicit ranges for LLMs: guards that fail somewhere in the range become run-time asserts.
-    config = adapter.config(hfexport_backend, dynamic_shapes=spec, prefer_deferred_runtime_asserts_over_guards=True)
-    exporter = adapter.exporter(hfexport_backend)
-    program = adapter.export(exporter, model, sample, config)
-    runner = adapter.load(adapter.save(exporter, program, tmp_path, "model"))
+    result = exported(entry, config={"dynamic_shapes": spec, "prefer_deferred_runtime_asserts_over_guards": True})
+    model, runner = result.model, result.runner
     for n in (low, high):
         assert_matches(model, entry.sample_inputs(model, batch=batch, seq=n), runner, hfexport_backend, f"seq={n}")
     outside = {"dynamo": (low - 1, high + 1), "executorch": (high + 1,)}.get(hfexport_backend, ())

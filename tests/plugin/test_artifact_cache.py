@@ -297,3 +297,21 @@ def test_plugin_reuses_artifacts_across_sessions(pytester, monkeypatch, options,
     default = pytester.path / ".pytest_cache" / "d" / "hfexport-artifacts"
     where = pytester.path / "elsewhere" if "--hfexport-cache-dir=elsewhere" in options else default
     assert (where / "entries").is_dir() == cached[1]
+
+
+@pytest.mark.parametrize("implementation", ["hfexport", "transformers"])
+def test_explicit_dim_ranges_are_in_the_key(implementation):
+    """An export with ``Dim(max=8)`` and one with ``Dim(max=9)`` are different programs (the second runs a length the
+    first refuses): the suite's explicit-range check reuses artifacts through the cache, so the range must key."""
+    from pytest_hfexport.adapters import resolve
+
+    adapter = resolve(implementation)
+    model, feed = Tiny(), inputs()
+
+    def key(low: int, high: int) -> str:
+        spec = {"x": {0: torch.export.Dim("rows", min=low, max=high)}}
+        return export_key(adapter, "dynamo", model, feed, adapter.config("dynamo", dynamic_shapes=spec))
+
+    assert key(1, 8) == key(1, 8)
+    assert key(1, 9) != key(1, 8)
+    assert key(2, 8) != key(1, 8)
