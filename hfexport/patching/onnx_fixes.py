@@ -205,15 +205,19 @@ def _index_copy_along_axis(self: Any, dim: int, index: Any, source: Any) -> Any:
 @register_onnx_translation(
     "torch.ops.aten.scaled_dot_product_attention.default",
     min_opset=23,
-    reason="torch's SDPA translation (opset 23 Attention) checks q/k/v head counts statically and raises 'SDPA (MHA) "
-    "requires q_num_heads = kv_num_heads' when the query's head axis is a symbolic expression, as after T5's "
-    "view(*shape, -1, head_dim) traced with a size-1 batch and query (export t5's decode component). With "
-    "symbolic heads we emit the attention math ourselves. The same check refuses a single key/value head that "
-    "torch broadcasts over every query head without enable_gqa (Falcon's multi-query attention calls SDPA that "
-    "way); that too gets the math, where MatMul broadcasts the head. Otherwise torch's translation runs unchanged. "
-    "Remove when the check tolerates symbolic head counts and broadcast key/value heads.",
+    reason="From opset 23 torch translates SDPA into ONNX's Attention op. ONNX Runtime 1.32's CPU provider runs that "
+    "op as its expanded function body (about 60 Shape/Cast/Concat/Pad/Where nodes per attention, with a bool or a "
+    "float mask alike): the static-cache decode loop of benchmarks/decode_throughput.py ran 1086 tokens/s with it "
+    "and 1924 with the attention written as MatMul/Softmax (the ten nodes below), tokens equal. torch's "
+    "translation also checks q/k/v head counts statically: it raises 'SDPA (MHA) requires q_num_heads = "
+    "kv_num_heads' for a symbolic head axis (T5's decode component traced with a size-1 batch and query) and "
+    "for a single key/value head broadcast over the query heads without enable_gqa (Falcon's multi-query "
+    "attention), which the math handles (MatMul broadcasts the head). The causal, grouped-query and dropout "
+    "forms still go to torch's translation (hfexport's own SDPA patch passes none of them). Remove when ONNX "
+    "Runtime runs the Attention op with a kernel of its own and the head check tolerates symbolic and broadcast "
+    "heads.",
 )
-def _sdpa_with_symbolic_heads(
+def _sdpa_as_attention_math(
     query: Any,
     key: Any,
     value: Any,
@@ -225,10 +229,7 @@ def _sdpa_with_symbolic_heads(
 ) -> Any:
     from torch.onnx._internal.exporter._torchlib.ops import nn as torchlib_nn
 
-    heads = [t.shape[1] if t.shape is not None and len(t.shape) == 4 else None for t in (query, key, value)]
-    static = all(isinstance(h, int) for h in heads)
-    broadcast_heads = static and heads[1] == heads[2] == 1 and heads[0] != 1  # multi-query without enable_gqa
-    if (static and not broadcast_heads) or is_causal or enable_gqa or dropout_p:
+    if is_causal or enable_gqa or dropout_p:
         return torchlib_nn.aten_scaled_dot_product_attention_23(
             query, key, value, attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
         )
