@@ -74,6 +74,20 @@ def test_fast_path_is_taken_and_reports_the_graphs_own_writes(decode_program):
     assert all(writes[n] == loop.cache_tensors()[n].data_ptr() for n in writes)
 
 
+def test_fast_path_runs_in_inference_mode_and_leaves_the_cache_usable_outside_it(decode_program):
+    """The fast path skips autograd bookkeeping (inference mode, not only no_grad); the cache it writes in place
+    stays an ordinary tensor, so a reset or a second generation outside inference mode still works."""
+    program, prompt = decode_program
+    loop = DynamoDecodeLoop(program)
+    seen = []
+    original = loop.flat_graph.graph_module.forward
+    loop.flat_graph.graph_module.forward = lambda *a: seen.append(torch.is_inference_mode_enabled()) or original(*a)
+    first = loop.generate(prompt, 6).tokens
+    assert seen and all(seen)
+    assert not any(t.is_inference() for t in loop.cache_tensors().values())
+    assert loop.generate(prompt, 6).tokens == first  # reset() zeroes the cache outside inference mode
+
+
 @pytest.mark.parametrize("loop_class, checked", [(DynamoDecodeLoop, True), (UncheckedLoop, False)])
 def test_a_new_signature_is_checked_by_the_module(decode_program, loop_class, checked):
     program, prompt = decode_program
