@@ -52,7 +52,7 @@ def totals(data: dict[str, Any]) -> str:
     for status in merge_statuses(rows).values():
         cells[fold.get(status, status)] += 1
     wall = data.get("wall_s")
-    wall_text = f"{int(wall // 60)} min {wall % 60:.0f} s" if isinstance(wall, (int, float)) else "not recorded"
+    wall_text = "{} min {} s".format(*divmod(round(wall), 60)) if isinstance(wall, (int, float)) else "not recorded"
     return (
         f"tests: {tests or 'none'}; cells (model x backend x check): "
         + ", ".join(f"{n} {s}" for s, n in cells.items())

@@ -38,3 +38,10 @@ def test_later_runs_replace_the_rows_of_the_tests_they_ran(tmp_path, capsys):
     assert "measured 2026-01-01T00:00:00, 2 tests (1 fail, 1 pass)" in text
     assert "measured 2026-01-02T00:00:00, 1 tests (1 pass)" in text
     assert "(20 test ids in the report)" in text and "case19" not in text
+
+
+def test_wall_time_rounds_into_the_next_minute():
+    from conformance.report import totals
+
+    assert totals({"wall_s": 359.6})[-len("wall time 6 min 0 s"):] == "wall time 6 min 0 s"  # not "5 min 60 s"
+    assert totals({"wall_s": 1117.9}).endswith("wall time 18 min 38 s")
