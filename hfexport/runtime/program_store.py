@@ -1,8 +1,8 @@
 """Read a ``.pt2`` file once per process while it is unchanged: ``load_program(path)``.
 
 ``torch.export.load`` spends most of its time rebuilding the program's symbolic shapes (it parses every size
-expression of every node); for a small model that is 0.5-1 s a file, more than running the program a hundred
-times. A process that opens one artifact several times (a test suite's checks, a service building a runner per
+expression of every node); for a small model that is 0.5-1 s a file, often longer than whatever then runs the
+program. A process that opens one artifact several times (a test suite's checks, a service building a runner per
 worker) pays it each time. The store keeps the last few programs it read, keyed by the file's identity (resolved
 path, size, modification and change times, inode: a rewrite or an atomic replace is a new key), and returns a
 copy per call.
