@@ -58,3 +58,30 @@ def static_decode_export(export_format: str, **exporter_options: Any) -> tuple[A
     programs = exporter.export_for_generation(model, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
                                               export_config, multi_token_decode=True, generation_config=generation)
     return programs["decode"], prompt
+
+
+class BufferCounter(torch.nn.Module):
+    """Writes a buffer in place on every call (state a program owns) and reads a weight: for tests of anything
+    that shares loaded programs, which must share the weight and never the buffer."""
+
+    def __init__(self, scale: float = 2.0) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((3,), scale))
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return x * self.weight + self.calls
+
+
+def count_export_loads(monkeypatch: Any) -> list[str]:
+    """Patch ``torch.export.load`` to record each path it reads (still reading it); returns the record."""
+    calls: list[str] = []
+    original = torch.export.load
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(str(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export, "load", counting)
+    return calls

@@ -11,22 +11,11 @@ import torch
 from hfexport.runtime import DynamoRunner, program_store
 from hfexport.runtime.program_store import load_program
 
-
-class Counter(torch.nn.Module):
-    """Writes a buffer in place on every call (a program-owned state), reads a weight."""
-
-    def __init__(self, scale: float = 2.0) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.full((3,), scale))
-        self.register_buffer("calls", torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls.add_(1)
-        return x * self.weight + self.calls
+from helpers import BufferCounter, count_export_loads
 
 
 def _save(path, scale: float = 2.0) -> None:
-    program = torch.export.export(Counter(scale), (torch.ones(3),))
+    program = torch.export.export(BufferCounter(scale), (torch.ones(3),))
     tmp = path.with_suffix(".tmp.pt2")
     torch.export.save(program, str(tmp))
     os.replace(tmp, path)  # as an atomic writer does: a new file under the old name
@@ -35,15 +24,7 @@ def _save(path, scale: float = 2.0) -> None:
 @pytest.fixture
 def reads(monkeypatch):
     program_store.forget_programs()
-    calls: list[str] = []
-    original = torch.export.load
-
-    def counting(path, *args, **kwargs):
-        calls.append(str(path))
-        return original(path, *args, **kwargs)
-
-    monkeypatch.setattr(torch.export, "load", counting)
-    yield calls
+    yield count_export_loads(monkeypatch)
     program_store.forget_programs()
 
 

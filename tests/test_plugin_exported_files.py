@@ -7,34 +7,17 @@ import torch
 
 from pytest_hfexport import exported_files
 
-
-class Counter(torch.nn.Module):
-    def __init__(self, scale: float) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.full((3,), scale))
-        self.register_buffer("calls", torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls.add_(1)
-        return x * self.weight + self.calls
+from helpers import BufferCounter, count_export_loads
 
 
 @pytest.fixture
 def reads(monkeypatch):
     monkeypatch.setattr(exported_files, "_read", {})
-    calls: list[str] = []
-    original = torch.export.load
-
-    def counting(path, *args, **kwargs):
-        calls.append(str(path))
-        return original(path, *args, **kwargs)
-
-    monkeypatch.setattr(torch.export, "load", counting)
-    return calls
+    return count_export_loads(monkeypatch)
 
 
 def _save(path, scale: float) -> None:
-    torch.export.save(torch.export.export(Counter(scale), (torch.ones(3),)), str(path))
+    torch.export.save(torch.export.export(BufferCounter(scale), (torch.ones(3),)), str(path))
 
 
 def test_a_file_is_read_once_and_each_caller_gets_its_own_program(tmp_path, reads):
