@@ -5,18 +5,22 @@ every symbolic size of the graph (0.5-1 s for a tiny zoo model); with the artifa
 reads were half of a warm suite's Dynamo time, the same file read by check after check. Here a file is read once:
 the key is the SHA-256 of its bytes (an artifact rewritten in place is a new key, so a check never judges a
 program other than the one on disk), and each caller gets a deep copy, so no check sees another's state (a
-buffer written in place, a graph edited by a pass). Files above ``MAX_BYTES`` are read every time.
+buffer written in place, a graph edited by a pass). Files above ``MAX_BYTES`` are read every time, and only the
+``KEPT`` most recently read programs are kept (the checks of one artifact run one after another; keeping every
+program of a whole tier would grow a worker without bound).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 MAX_BYTES = 256 * 1024 * 1024
-_read: dict[str, Any] = {}
+KEPT = 8
+_read: OrderedDict[str, Any] = OrderedDict()
 
 
 def _content_key(path: Path) -> str:
@@ -38,7 +42,11 @@ def read_exported_program(path: str | Path) -> Any:
         with tolerant_logging():
             return torch.export.load(str(path))
     key = _content_key(path)
-    if key not in _read:
+    if key in _read:
+        _read.move_to_end(key)
+    else:
         with tolerant_logging():
             _read[key] = torch.export.load(str(path))
+        while len(_read) > KEPT:
+            _read.popitem(last=False)
     return copy.deepcopy(_read[key])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from helpers import BufferCounter, count_export_loads
 
 @pytest.fixture
 def reads(monkeypatch):
-    monkeypatch.setattr(exported_files, "_read", {})
+    monkeypatch.setattr(exported_files, "_read", OrderedDict())
     return count_export_loads(monkeypatch)
 
 
@@ -39,3 +41,14 @@ def test_a_rewritten_file_is_read_again(tmp_path, reads):
     program = exported_files.read_exported_program(path)
     torch.testing.assert_close(program.module()(torch.ones(3)), torch.full((3,), 4.0))
     assert len(reads) == 2
+
+
+def test_only_the_most_recent_programs_are_kept(tmp_path, reads, monkeypatch):
+    monkeypatch.setattr(exported_files, "KEPT", 2)
+    paths = [tmp_path / f"model{i}.pt2" for i in range(3)]
+    for i, path in enumerate(paths):
+        _save(path, float(i + 1))
+        exported_files.read_exported_program(path)
+    assert len(exported_files._read) == 2
+    exported_files.read_exported_program(paths[0])  # let go, so read again
+    assert reads.count(str(paths[0])) == 2
