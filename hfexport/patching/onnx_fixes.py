@@ -207,8 +207,8 @@ def _index_copy_along_axis(self: Any, dim: int, index: Any, source: Any) -> Any:
     min_opset=23,
     reason="From opset 23 torch translates SDPA into ONNX's Attention op. ONNX Runtime 1.32's CPU provider runs that "
     "op as its expanded function body (about 60 Shape/Cast/Concat/Pad/Where nodes per attention, with a bool or a "
-    "float mask alike): the static-cache decode loop of benchmarks/decode_throughput.py ran 1086 tokens/s with it "
-    "and 1924 with the attention written as MatMul/Softmax (the ten nodes below), tokens equal. torch's "
+    "float mask alike): written as MatMul/Softmax (the ten nodes below) the static-cache decode loop runs 1.7-1.8x "
+    "faster with equal tokens (python benchmarks/profile_ort_step.py prints both graphs). torch's "
     "translation also checks q/k/v head counts statically: it raises 'SDPA (MHA) requires q_num_heads = "
     "kv_num_heads' for a symbolic head axis (T5's decode component traced with a size-1 batch and query) and "
     "for a single key/value head broadcast over the query heads without enable_gqa (Falcon's multi-query "
