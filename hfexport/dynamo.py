@@ -24,7 +24,7 @@ from typing import Any, ClassVar, cast
 
 import torch
 
-from . import batch_retrace, caches, shapes
+from . import batch_retrace, caches, shapes, trace_cache
 from .base import HfExporter
 from .configs import DynamoConfig, ExportConfigMixin, ExportFormat
 from .errors import HfExportError
@@ -193,6 +193,7 @@ class DynamoExporter(HfExporter):
             stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
             stack.enter_context(self.tracing_mode(config))
+            stack.enter_context(trace_cache.fake_tensor_cache(trace_cache.cache_pays_off(model, self.export_format)))
             stack.enter_context(torch.no_grad())
             stack.enter_context(_quiet_restored_attributes())
             program = self._export(model, graph_inputs, dynamic_shapes, config)

@@ -1,0 +1,46 @@
+"""Whether torch's fake-tensor dispatch cache is on while hfexport traces a model.
+
+While torch.export traces, every operator call runs on fake tensors, and torch keeps a cache of those calls'
+output shapes. Making an entry is not free: for each new call torch builds the key and then synthesises a fake
+output from it to validate the entry, about a millisecond apiece with symbolic sizes here. The entries pay back
+only when a call repeats with the same shapes, that is from the second decoder layer on, or when a later retrace
+over the same shape environment (ExecuTorch's decompositions) replays them. A model with few repeated blocks
+(every test-sized model a suite exports) therefore traces faster without the cache, a deep one faster with it.
+``python benchmarks/fake_tensor_cache.py`` prints the export time with and without it per depth and backend; the
+thresholds below are where the two cross.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Per export format, the number of repeated blocks (the longest ModuleList in the model) from which the cache's
+# hits outweigh the cost of making its entries; below it the trace runs without the cache. ONNX's decompositions
+# retrace the program, and ExecuTorch's three times, over the trace's shape environment, replaying its entries:
+# the cache pays off sooner there, and always on ExecuTorch (a 2-layer llama exported 3 s slower without it).
+# A format not named here traces with the cache on, torch's default.
+CACHE_FROM_REPEATED_BLOCKS = {"dynamo": 24, "onnx": 5, "executorch": 0}
+
+
+def repeated_blocks(model: torch.nn.Module) -> int:
+    """The length of the model's longest ``ModuleList``: its decoder (or encoder) layers, the calls that repeat."""
+    return max((len(m) for m in model.modules() if isinstance(m, torch.nn.ModuleList)), default=0)
+
+
+def cache_pays_off(model: torch.nn.Module, export_format: str) -> bool:
+    """Whether tracing ``model`` for ``export_format`` is faster with the fake-tensor cache (see the module doc)."""
+    return repeated_blocks(model) >= CACHE_FROM_REPEATED_BLOCKS.get(export_format, 0)
+
+
+@contextlib.contextmanager
+def fake_tensor_cache(enabled: bool) -> Iterator[None]:
+    """Turn torch's fake-tensor cache on or off for the block; the setting before it comes back after."""
+    logger.debug("tracing with the fake-tensor cache %s", "on" if enabled else "off")
+    with torch._dynamo.config.patch(fake_tensor_cache_enabled=enabled):
+        yield

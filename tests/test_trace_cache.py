@@ -1,0 +1,64 @@
+"""The fake-tensor cache is off while a shallow model is traced, on for a deep one and on ExecuTorch, and torch's
+setting is what it was after every export, failed ones included."""
+
+import pytest
+import torch
+import transformers
+
+from hfexport import DynamoConfig, DynamoExporter, ExecutorchConfig, HfExportError, OnnxConfig, OnnxExporter
+from hfexport.executorch import ExecutorchExporter
+from hfexport.trace_cache import CACHE_FROM_REPEATED_BLOCKS, repeated_blocks
+
+
+def llama(layers: int):
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                      num_key_value_heads=1, num_hidden_layers=layers, vocab_size=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    return model, {"input_ids": torch.randint(0, 64, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+
+
+def cache_setting_seen_by_the_trace(exporter, model, inputs, config):
+    """torch's fake-tensor cache setting while the first decoder layer was traced."""
+    seen = []
+    hook = model.model.layers[0].register_forward_pre_hook(
+        lambda module, args: seen.append(torch._dynamo.config.fake_tensor_cache_enabled))
+    try:
+        exporter.trace(model, inputs, config)
+    finally:
+        hook.remove()
+    assert seen, "the hook never ran: the trace did not call the first layer"
+    return set(seen)
+
+
+@pytest.mark.parametrize("exporter, config", [(DynamoExporter(), DynamoConfig(dynamic=True)),
+                                              (OnnxExporter(), OnnxConfig(dynamic=True))])
+def test_a_shallow_model_is_traced_without_the_cache_and_a_deep_one_with_it(exporter, config):
+    threshold = CACHE_FROM_REPEATED_BLOCKS[exporter.export_format.value]
+    assert threshold > 2
+    shallow, deep = llama(2), llama(threshold)
+    assert repeated_blocks(shallow[0]) == 2 and repeated_blocks(deep[0]) == threshold
+    assert cache_setting_seen_by_the_trace(exporter, *shallow, config) == {False}
+    assert cache_setting_seen_by_the_trace(exporter, *deep, config) == {True}
+
+
+def test_executorch_traces_even_a_shallow_model_with_the_cache():
+    """Its decomposition retraces replay the trace's entries: without them a llama export took 3 s longer."""
+    model, inputs = llama(2)
+    assert cache_setting_seen_by_the_trace(ExecutorchExporter(), model, inputs, ExecutorchConfig(dynamic=True)) == {True}
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_torch_setting_comes_back_after_an_export_and_after_a_failed_one(before):
+    model, inputs = llama(2)
+    with torch._dynamo.config.patch(fake_tensor_cache_enabled=before):
+        DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+        assert torch._dynamo.config.fake_tensor_cache_enabled is before
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("a layer that cannot be traced")
+
+        model.model.layers[1].mlp.forward = broken
+        with pytest.raises(HfExportError):
+            DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+        assert torch._dynamo.config.fake_tensor_cache_enabled is before
