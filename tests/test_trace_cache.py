@@ -33,7 +33,7 @@ def cache_setting_seen_by_the_trace(exporter, model, inputs, config):
 
 def test_a_shallow_model_is_traced_without_the_cache_and_a_deep_one_with_it():
     exporter, config = DynamoExporter(), DynamoConfig(dynamic=True)
-    threshold = CACHE_FROM_REPEATED_BLOCKS["dynamo"]
+    threshold = CACHE_FROM_REPEATED_BLOCKS[("dynamo", False)]
     assert threshold > 2
     shallow, deep = llama(2), llama(threshold)
     assert repeated_blocks(shallow[0]) == 2 and repeated_blocks(deep[0]) == threshold
@@ -46,6 +46,17 @@ def test_a_shallow_model_is_traced_without_the_cache_and_a_deep_one_with_it():
 def test_formats_whose_decompositions_replay_the_cache_trace_even_a_shallow_model_with_it(exporter, config):
     model, inputs = llama(2)
     assert cache_setting_seen_by_the_trace(exporter, model, inputs, config) == {True}
+
+
+def test_onnx_traces_a_shallow_model_given_a_cache_without_it():
+    """The decompositions functionalise the cache writes into other calls: nothing is replayed (see trace_cache)."""
+    model, inputs = llama(2)
+    with torch.no_grad():
+        past = model(**inputs, use_cache=True).past_key_values
+    step = {"input_ids": torch.randint(0, 64, (2, 1)), "attention_mask": torch.ones(2, 6, dtype=torch.long),
+            "past_key_values": past}
+    assert CACHE_FROM_REPEATED_BLOCKS[("onnx", True)] > 2
+    assert cache_setting_seen_by_the_trace(OnnxExporter(), model, step, OnnxConfig(dynamic=True)) == {False}
 
 
 @pytest.mark.parametrize("before", [True, False])
