@@ -4,9 +4,7 @@ hfexport traces under ``torch.no_grad()``. Modeling code often wraps parts of it
 (every rotary embedding's ``forward`` is decorated with ``@torch.no_grad()``), and torch.export records each
 switch of the grad mode as a ``set_grad_enabled`` node, even one that switches it to what it already is. After the
 trace, torch splits the graph at those nodes into submodules, finds each region's mode equal to the ambient one
-and inlines them again, recompiling the graph module for each split: about a tenth of a small decoder's Dynamo
-export (``python benchmarks/profile_export.py --model llama --backend dynamo``), for a graph identical but for
-node names.
+and inlines them again, recompiling the graph module for each split, for a graph identical but for node names.
 
 During an export, a ``no_grad`` entered while gradients are already off leaves the mode alone (nothing for the
 trace to record), and its exit restores the mode only if it differs; a real switch (``no_grad`` inside an
