@@ -15,6 +15,18 @@ from pytest_hfexport.compare import ToleranceSpec, compare
 from pytest_hfexport.naming import flat_named
 
 
+def tiny_llama(layers: int = 2) -> tuple[Any, dict[str, torch.Tensor]]:
+    """A seeded Llama (hidden 32, 2 heads, 1 KV head) of ``layers`` decoder layers and a batch-2 sample: for tests
+    that need a model's depth, which the zoo's fixed entries do not vary."""
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                      num_key_value_heads=1, num_hidden_layers=layers, vocab_size=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    return model, {"input_ids": torch.randint(0, 64, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+
+
 def zoo_model(name: str):
     entry = get(name)
     model = entry.model()

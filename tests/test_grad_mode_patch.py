@@ -2,10 +2,11 @@
 
 import pytest
 import torch
-import transformers
 from torch._export.passes import replace_set_grad_with_hop_pass as set_grad_pass
 
 from hfexport import DynamoConfig, DynamoExporter, HfExportError
+
+from helpers import tiny_llama
 
 
 def grad_switches(graph_module: torch.fx.GraphModule) -> int:
@@ -27,10 +28,7 @@ def switches_handed_to_torch(monkeypatch):
 
 
 def test_rotary_embeddings_no_grad_records_no_switch(switches_handed_to_torch):
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                                      num_key_value_heads=1, num_hidden_layers=2, vocab_size=64)
-    model = transformers.LlamaForCausalLM(config).eval()
-    inputs = {"input_ids": torch.randint(0, 64, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+    model, inputs = tiny_llama(2)
     enter, exit_ = torch.no_grad.__enter__, torch.no_grad.__exit__
     program = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
     assert switches_handed_to_torch == [0]

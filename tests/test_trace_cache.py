@@ -3,19 +3,12 @@ setting is what it was after every export, failed ones included."""
 
 import pytest
 import torch
-import transformers
 
 from hfexport import DynamoConfig, DynamoExporter, ExecutorchConfig, HfExportError, OnnxConfig, OnnxExporter
 from hfexport.executorch import ExecutorchExporter
 from hfexport.trace_cache import CACHE_FROM_REPEATED_BLOCKS, repeated_blocks
 
-
-def llama(layers: int):
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                                      num_key_value_heads=1, num_hidden_layers=layers, vocab_size=64)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    return model, {"input_ids": torch.randint(0, 64, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+from helpers import tiny_llama as llama
 
 
 def cache_setting_seen_by_the_trace(exporter, model, inputs, config):
