@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (register their patches)
     moe,
     multimodal,
     position_lists,
+    program_load,
     sliding_window,
     ssm,
     vision,

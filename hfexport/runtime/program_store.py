@@ -26,6 +26,8 @@ from typing import Any
 import torch
 
 from .. import caches, graph_writes
+from ..patching import apply_patches
+from ..patching.program_load import PROGRAM_LOAD
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,9 @@ MAX_STORED_PROGRAMS = 16
 MAX_STORED_BYTES = 512 * 1024 * 1024  # all stored programs' tensors together
 
 _lock = threading.Lock()
+# One load at a time: the load patches swap names in torch's serialiser module for the duration of a load, and
+# two overlapping swaps could leave one behind (deserialising is Python work; threads gain nothing from overlap).
+_load_lock = threading.Lock()
 _stored: OrderedDict[tuple[Any, ...], torch.export.ExportedProgram] = OrderedDict()
 
 
@@ -84,7 +89,8 @@ def load_program(path: str | Path) -> torch.export.ExportedProgram:
         if program is not None:
             _stored.move_to_end(key)
             return _copy(program)
-    program = torch.export.load(str(path))
+    with _load_lock, apply_patches(PROGRAM_LOAD):
+        program = torch.export.load(str(path))
     size = _tensor_bytes(program)
     if size > MAX_STORED_BYTES:
         logger.debug("%s holds %d bytes of tensors; not kept for the next load", path, size)
