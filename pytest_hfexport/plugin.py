@@ -1,8 +1,10 @@
 """pytest_hfexport's hooks, in one place; each delegates to the module that does the work:
-``settings`` (options, markers, the validated settings), ``selection`` (the backend axis, report keys,
-known failures, version markers), ``fixtures`` and ``reporting`` (rows, matrix, baseline gate).
+``settings`` (options, markers, the validated settings), ``worker_threads`` (torch threads per xdist worker),
+``selection`` (the backend axis, report keys, known failures, version markers), ``fixtures`` and ``reporting``
+(rows, matrix, baseline gate).
 
-Loading it stays cheap: nothing here imports torch, onnx or executorch.
+Loading it stays cheap: nothing here imports torch, onnx or executorch (an xdist worker, which imports them to
+run its tests anyway, sets torch's thread count at configure time).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import reporting, selection, settings
+from . import reporting, selection, settings, worker_threads
 from .fixtures import (  # noqa: F401  (fixtures are found by name in this module)
     assert_exportable,
     export_and_compare,
@@ -35,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return
     config.stash[SETTINGS] = settings.read_settings(config)
+    worker_threads.apply(config, config.stash[SETTINGS].worker_threads)
     settings.load_hypothesis_profile(config)
     reporting.start_recording(config)
 

@@ -42,6 +42,11 @@ OPTIONS: list[tuple[str, str]] = [
         "versions are unchanged reuses the saved artifact (still run against eager); default: "
         ".pytest_cache/d/hfexport-artifacts under the rootdir",
     ),
+    (
+        "worker-threads",
+        "torch threads per process that runs tests: auto (default: under pytest-xdist, the cores shared among "
+        "the workers; without xdist, torch's own choice), keep (torch's own choice), or a number",
+    ),
 ]
 # Flags (no value): name -> help. Each has an ini twin that takes true/false.
 FLAGS: dict[str, str] = {
@@ -115,6 +120,7 @@ class Settings:
     xfails: dict[str, str] = field(default_factory=dict)
     max_examples: int | None = None
     cache_dir: str | None = None  # the artifact cache's folder; None: no cache (--hfexport-no-cache)
+    worker_threads: str | int = "auto"  # pytest_hfexport.worker_threads: auto, keep or a thread count
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -177,6 +183,9 @@ def read_settings(config: pytest.Config) -> Settings:
         from .artifact_cache import default_root
 
         cache_dir = option(config, "cache-dir") or str(default_root(config.rootpath))
+    from . import worker_threads
+
+    threads = worker_threads.parse(option(config, "worker-threads"))
     return Settings(
         backends,
         impl,
@@ -189,6 +198,7 @@ def read_settings(config: pytest.Config) -> Settings:
         entries,
         max_examples,
         cache_dir,
+        threads,
     )
 
 
