@@ -21,6 +21,7 @@ from typing import Any
 
 from .exported_files import read_exported_program
 from .naming import flat_named
+from .worker_threads import ort_session_options
 
 INPUT_PREFIX, OUTPUT_PREFIX = "input.", "output."
 
@@ -46,7 +47,7 @@ def _onnx(path: Path) -> Callable[..., dict[str, Any]]:
     import onnxruntime as ort
     import torch
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), sess_options=ort_session_options(), providers=["CPUExecutionProvider"])
     graph_inputs = {_strip(i.name, INPUT_PREFIX): i.name for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from .exported_files import read_exported_program
 from .naming import flat_named, map_tensors
+from .worker_threads import ort_session_options
 
 CACHE_ARG = "past_key_values"
 
@@ -109,7 +110,9 @@ class OnnxGuide:
 
         from .runtime_types import ort_dtype
 
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(path), sess_options=ort_session_options(), providers=["CPUExecutionProvider"]
+        )
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         self.max_cache_len = max_cache_len

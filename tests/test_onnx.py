@@ -429,3 +429,31 @@ def test_without_the_squeeze_translation_ort_refuses_the_model(monkeypatch, tmp_
     program = OnnxExporter().export(_SqueezeWideAxis(), _squeeze_sample(), OnnxConfig(dynamic=False))
     with pytest.raises(Exception, match="must be 1|Squeeze"):
         OrtRunner(program).run_flat(_squeeze_sample())
+
+
+def _identity_onnx_bytes() -> bytes:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_ort_sessions_size_their_thread_pool_like_torch(threads):
+    """A process that shares its cores sets torch's thread count; hfexport's sessions and the plugin's follow it."""
+    import onnx
+
+    from hfexport.runtime.onnxruntime import OrtRunner
+    from pytest_hfexport.worker_threads import ort_session_options
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        runner = OrtRunner(onnx.load_from_string(_identity_onnx_bytes()))
+        assert runner.session.get_session_options().intra_op_num_threads == threads
+        assert ort_session_options().intra_op_num_threads == threads
+    finally:
+        torch.set_num_threads(before)

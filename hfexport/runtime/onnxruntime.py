@@ -53,8 +53,24 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().numpy()
 
 
+def default_session_options() -> Any:
+    """ONNX Runtime's default session, with its intra-op thread pool as large as torch's.
+
+    Both default to a thread per core. A process that shares the cores with others sets torch's count once (the
+    pytest plugin does it per xdist worker); a session of ONNX Runtime's own default size would take every core
+    again beside it, its threads spinning while they wait (a warm run of the suite's ONNX checks on 2 cores with
+    two workers: 34 s with ONNX Runtime's default pools, 26 s with one thread each)."""
+    import onnxruntime as ort
+    import torch
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    return options
+
+
 class OrtRunner(Runner):
-    """An ``onnxruntime.InferenceSession`` with hfexport's call shape (CPU unless ``providers`` says otherwise)."""
+    """An ``onnxruntime.InferenceSession`` with hfexport's call shape (CPU unless ``providers`` says otherwise;
+    ``session_options`` default: ``default_session_options()``)."""
 
     backend = "onnx"
 
@@ -70,7 +86,8 @@ class OrtRunner(Runner):
             source = proto.SerializeToString()
             self.path = None
         try:
-            self.session = ort.InferenceSession(source, sess_options=session_options, providers=self.providers)
+            options = session_options if session_options is not None else default_session_options()
+            self.session = ort.InferenceSession(source, sess_options=options, providers=self.providers)
         except Exception as exc:
             from ..errors import HfExportError
 
