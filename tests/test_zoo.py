@@ -26,3 +26,26 @@ def test_eager_serves_its_query_blocks_in_one_call(entry):
     for inputs in entry.input_sets(model, ("sample", "batch")).values():
         for tokens in entry.query_tokens:
             decode_block(model, inputs, tokens)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rounding_is_not_taken_for_a_model_that_serves_blocks_differently(threads):
+    """The eager precondition tolerates float rounding at any thread count (T5's large logits) and still refuses a
+    model whose merged call really differs (Mamba, which the zoo judges on single tokens for that reason)."""
+    import torch
+
+    from conformance.zoo import get
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        t5 = get("t5")
+        model = t5.model()
+        for inputs in t5.input_sets(model, ("sample", "batch")).values():
+            decode_block(model, inputs, 3)
+        mamba = get("mamba")
+        model = mamba.model()
+        with pytest.raises(AssertionError, match="does not serve 3 query tokens"):
+            decode_block(model, mamba.input_sets(model, ("sample",))["sample"], 3)
+    finally:
+        torch.set_num_threads(before)
