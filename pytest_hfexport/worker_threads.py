@@ -2,8 +2,7 @@
 
 torch sizes its intra-op thread pool to the machine's cores in every process. Under ``pytest -n N`` that is N
 pools of all the cores at once, and their threads spin while waiting for work, so each worker's eager and
-exported runs slow the others down: a warm run of the suite's Dynamo and ONNX export and generation checks took
-228 s with two workers of two threads each on 2 cores and 114 s with one thread each (``docs/performance.md``).
+exported runs slow the others down (``docs/performance.md``, "Threads per test worker").
 
 ``--hfexport-worker-threads``: ``auto`` (default) gives each xdist worker ``cores // workers`` threads (at least
 one) and leaves a run without xdist alone; a number sets torch's threads to that in every process that runs

@@ -58,8 +58,7 @@ def default_session_options() -> Any:
 
     Both default to a thread per core. A process that shares the cores with others sets torch's count once (the
     pytest plugin does it per xdist worker); a session of ONNX Runtime's own default size would take every core
-    again beside it, its threads spinning while they wait (a warm run of the suite's ONNX checks on 2 cores with
-    two workers: 34 s with ONNX Runtime's default pools, 26 s with one thread each)."""
+    again beside it, its threads spinning while they wait (docs/performance.md, "Threads per test worker")."""
     import onnxruntime as ort
     import torch
 
