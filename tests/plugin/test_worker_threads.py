@@ -24,6 +24,15 @@ def torch_default_threads() -> int:
 
 
 def threads_seen(pytester, *args) -> dict[str, int]:
+    """Process name (xdist worker id, or main) -> torch threads its test saw. The outer run's worker id, when
+    this file itself runs under xdist, is not passed down."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+            env.delenv(name, raising=False)
+        return _threads_seen(pytester, *args)
+
+
+def _threads_seen(pytester, *args) -> dict[str, int]:
     pytester.makepyfile(TEST)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hfexport-backend=dynamo", *args)
     result.assert_outcomes(passed=1)
