@@ -160,3 +160,10 @@ def test_a_failed_load_leaves_torchs_serialiser_as_it_was(tmp_path):
     assert serialize._dict_to_dataclass is STOCK_CONVERTER and serialize.sympy is sympy
     with apply_patches(PROGRAM_LOAD) as installed:
         assert len(installed) == 3
+
+
+def test_a_local_name_that_cannot_be_a_memo_key_is_parsed_as_sympy_parses_it():
+    parser = _MemoisedSympy(sympy)
+    unhashable = {"s0": sympy.Symbol("s0"), "table": [1, 2]}
+    assert parser.sympify("s0 + 1", locals=unhashable) == sympy.sympify("s0 + 1", locals=unhashable)
+    assert parser.sympify("table", locals=unhashable) == [1, 2]

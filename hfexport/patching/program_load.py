@@ -159,7 +159,10 @@ class _MemoisedSympy(types.ModuleType):
             return self._original.sympify(a, locals, *args, **kwargs)
         names = sorted(set(_NAME.findall(a)))
         key = (a, tuple((name, locals.get(name)) for name in names) if locals else None)
-        parsed = self._parsed.get(key)
+        try:
+            parsed = self._parsed.get(key)
+        except TypeError:  # a local name stands for something unhashable: no memo for it
+            return self._original.sympify(a, locals=locals)
         if parsed is None:
             parsed = self._parsed[key] = self._original.sympify(a, locals=locals)
         return parsed
