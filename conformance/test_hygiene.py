@@ -27,18 +27,22 @@ from pytest_hfexport.hygiene import diff, snapshot
 
 MARK = "injected by the conformance suite"
 
-# Where a failure is injected after tracing, per stage and backend: (owner path, attribute). Each is a point
-# every implementation of the API must pass through (torch's own entry points, the backend's own classes).
-INJECTION_POINTS: dict[str, dict[str, tuple[str, str]]] = {
-    "after-trace": {b: ("torch.export", "export") for b in ("dynamo", "onnx", "executorch")},
+# Where a failure is injected, per stage and backend: the (owner path, attribute) points, one count over all of
+# them. Each is a point every implementation of the API must pass through (torch's own functions, the backend's own
+# classes). A trace is torch.export's non-strict or strict trace function, which every way into torch.export calls:
+# ``torch.export.export`` (a training-IR program) and the post-dispatch ``torch.export._trace._export`` (a program
+# decomposed while it is traced) alike; the decomposition retraces of a program do not.
+TRACE_POINTS = (("torch.export._trace", "_non_strict_export"), ("torch.export._trace", "_strict_export"))
+INJECTION_POINTS: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "after-trace": {b: TRACE_POINTS for b in ("dynamo", "onnx", "executorch")},
     "lowering": {
-        "onnx": ("torch.onnx._internal.exporter._core", "_exported_program_to_onnx_program"),
-        "executorch": ("executorch.exir.program._program.EdgeProgramManager", "to_executorch"),
+        "onnx": (("torch.onnx._internal.exporter._core", "_exported_program_to_onnx_program"),),
+        "executorch": (("executorch.exir.program._program.EdgeProgramManager", "to_executorch"),),
     },
     "save": {
-        "dynamo": ("torch.export", "save"),
-        "onnx": ("onnx_ir", "save"),
-        "executorch": ("executorch.exir.program._program.ExecutorchProgramManager", "write_to_file"),
+        "dynamo": (("torch.export", "save"),),
+        "onnx": (("onnx_ir", "save"),),
+        "executorch": (("executorch.exir.program._program.ExecutorchProgramManager", "write_to_file"),),
     },
 }
 
@@ -68,27 +72,29 @@ def inject(monkeypatch: pytest.MonkeyPatch, stage: str, backend: str, after_call
     Only inside the block: a module first imported inside it may bind the failing entry point by name
     (``from torch.export import export``, as ExecuTorch's XNNPACK passes do) and keep it after ``undo()``, so
     the replacement turns into the original once the block ends."""
-    owner_path, name = INJECTION_POINTS[stage][backend]
-    owner = _owner(owner_path)
-    original = getattr(owner, name)
     fired = {"count": 0, "fired": False, "active": True}
 
-    def failing(*args: Any, **kwargs: Any) -> Any:
-        if not fired["active"]:  # a reference kept past the block
-            return original(*args, **kwargs)
-        fired["count"] += 1
-        if fired["count"] <= after_calls:
-            return original(*args, **kwargs)
-        if stage == "after-trace":
-            original(*args, **kwargs)
-        elif stage == "save":  # a writer that dies half-way: a partial file on disk
-            target = next((a for a in args if isinstance(a, (str, Path))), kwargs.get("f") or kwargs.get("path"))
-            if isinstance(target, (str, Path)):
-                Path(target).write_bytes(b"partial")
-        fired["fired"] = True
-        raise Injected(f"{MARK} ({stage})")
+    def failing_version(original: Any) -> Any:
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            if not fired["active"]:  # a reference kept past the block
+                return original(*args, **kwargs)
+            fired["count"] += 1
+            if fired["count"] <= after_calls:
+                return original(*args, **kwargs)
+            if stage == "after-trace":
+                original(*args, **kwargs)
+            elif stage == "save":  # a writer that dies half-way: a partial file on disk
+                target = next((a for a in args if isinstance(a, (str, Path))), kwargs.get("f") or kwargs.get("path"))
+                if isinstance(target, (str, Path)):
+                    Path(target).write_bytes(b"partial")
+            fired["fired"] = True
+            raise Injected(f"{MARK} ({stage})")
 
-    monkeypatch.setattr(owner, name, failing)
+        return failing
+
+    for owner_path, name in INJECTION_POINTS[stage][backend]:
+        owner = _owner(owner_path)
+        monkeypatch.setattr(owner, name, failing_version(getattr(owner, name)))
     try:
         yield fired
     finally:

@@ -206,17 +206,21 @@ class DynamoExporter(HfExporter):
         logger.info("torch.export of %s took %.2fs", type(model).__name__, time.perf_counter() - start)
         return program
 
-    @staticmethod
-    def _export(model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: DynamoConfig) -> Any:
+    def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: DynamoConfig) -> Any:
+        """The one torch.export call of a trace: a training-IR program here; the ONNX exporter traces straight
+        into its decomposed IR instead."""
+        return torch.export.export(
+            model,
+            args=(),
+            kwargs=graph_inputs,
+            dynamic_shapes=dynamic_shapes,
+            strict=config.strict,
+            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+        )
+
+    def _export(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: DynamoConfig) -> Any:
         try:
-            return torch.export.export(
-                model,
-                args=(),
-                kwargs=graph_inputs,
-                dynamic_shapes=dynamic_shapes,
-                strict=config.strict,
-                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-            )
+            return self.trace_call(model, graph_inputs, dynamic_shapes, config)
         except Exception as exc:
             raise HfExportError(
                 f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {_brief(exc)}\n"

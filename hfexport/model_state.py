@@ -28,6 +28,36 @@ STATEFUL_ATTRIBUTES: list[str] = [
 ]
 
 _MISSING = object()
+# nn.Module's own bookkeeping in a module's ``__dict__``: the tensors and children in it are snapshotted
+# one by one (``parameters``, ``buffers``), the flag and the forward on their own.
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "training", "forward"})
+# A module's hook tables (``_forward_hooks``, ``_forward_pre_hooks_with_kwargs``...): the same dict objects before
+# and after, so their entries are what is compared and put back.
+_HOOK_TABLE_SUFFIXES = ("_hooks", "_hooks_with_kwargs", "_hooks_always_called")
+
+
+def _is_hook_table(key: str, value: Any) -> bool:
+    return isinstance(value, dict) and key.endswith(_HOOK_TABLE_SUFFIXES)
+
+
+def _own_attributes(m: torch.nn.Module) -> dict[str, Any]:
+    """A module's own attributes less nn.Module's bookkeeping; hook tables as copies of their entries."""
+    return {k: (dict(v) if _is_hook_table(k, v) else v) for k, v in vars(m).items() if k not in _MODULE_INTERNALS}
+
+
+def _plain_attributes(model: torch.nn.Module) -> dict[str, dict[str, Any]]:
+    """Every module's own attributes and hooks: a forward may set an attribute (Qwen2-VL keeps ``rope_deltas``
+    between calls), a post-dispatch trace leaves what it set, and transformers installs its output-capturing hooks
+    on a first forward with a flag that says so (the flag must not go without the hooks, nor the hooks without it).
+    """
+    return {name: _own_attributes(m) for name, m in model.named_modules(remove_duplicate=False)}
+
+
+def _same(a: Any, b: Any, key: str) -> bool:
+    """One attribute unchanged: the same object, or for a hook table the same entries."""
+    if _is_hook_table(key, a) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+    return a is b
 
 
 @dataclass
@@ -38,6 +68,7 @@ class ModelSnapshot:
     buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]]  # name -> (object, clone, version)
     config: dict[str, Any] | None
     attn_implementation: Any
+    attributes: dict[str, dict[str, Any]] = field(default_factory=dict)  # module name -> its own attributes
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -60,6 +91,7 @@ def snapshot_model(model: torch.nn.Module) -> ModelSnapshot:
         buffers={n: (b, b.detach().clone(), b._version) for n, b in model.named_buffers(remove_duplicate=False)},
         config=_config_state(model),
         attn_implementation=getattr(config, "_attn_implementation", None),
+        attributes=_plain_attributes(model),
     )
 
 
@@ -93,6 +125,14 @@ def diff_model_state(model: torch.nn.Module, snap: ModelSnapshot) -> list[str]:
         diffs.append(f"attention implementation changed to {getattr(config, '_attn_implementation', None)!r}")
     if snap.config is not None and _config_state(model) != snap.config:
         diffs.append("model.config changed")
+    for mod_name, m in model.named_modules(remove_duplicate=False):
+        before = snap.attributes.get(mod_name)
+        if before is None:
+            continue
+        now = _own_attributes(m)
+        for key in sorted(set(now) ^ set(before)):
+            diffs.append(f"{mod_name or 'model'}.{key} was {'added' if key in now else 'removed'}")
+        diffs += [f"{mod_name or 'model'}.{k} changed" for k in now if k in before and not _same(now[k], before[k], k)]
     for name in STATEFUL_ATTRIBUTES:
         for mod_name, m in model.named_modules():
             value = m.__dict__.get(name)
@@ -109,6 +149,21 @@ def restore_model(model: torch.nn.Module, snap: ModelSnapshot) -> None:
     for name, m in model.named_modules():
         if name in snap.training:
             m.training = snap.training[name]
+    modules = dict(model.named_modules(remove_duplicate=False))
+    for name, attributes in snap.attributes.items():
+        m = modules.get(name)
+        if m is None:
+            continue
+        for key in [k for k in vars(m) if k not in _MODULE_INTERNALS and k not in attributes]:
+            del m.__dict__[key]
+        for key, value in attributes.items():
+            current = m.__dict__.get(key, _MISSING)
+            if _is_hook_table(key, current):
+                if not _same(current, value, key):
+                    current.clear()
+                    current.update(value)
+            elif current is not value:
+                m.__dict__[key] = value
     # Put back any buffer a forward replaced or rewrote.
     for full_name, (obj, clone, version) in snap.buffers.items():
         owner_name, _, leaf = full_name.rpartition(".")

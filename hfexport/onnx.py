@@ -1,15 +1,16 @@
 """OnnxExporter: a transformers model to a ``torch.onnx.ONNXProgram`` that ONNX Runtime runs as is.
 
-The Dynamo stages (``DynamoExporter.trace``) give an ExportedProgram; then:
+The Dynamo stages (``DynamoExporter.trace``) give an ExportedProgram, traced straight into the ATen IR that
+torch.onnx's decompositions would give (``decomposed_trace``: one trace, not a trace and a retrace); then:
 
-1. the ONNX decompositions (torchlib's registry, plus our custom translations);
+1. torch.onnx's preparation of the decomposed program (explicit type promotion, no assertion nodes);
 2. FX node fixes registered for ``"onnx"`` on the decomposed graph;
 3. translation to ONNX IR; the cache writes that torch.export records as input
    mutations become graph outputs (torch.onnx drops them), so a static cache can
    be updated in place by binding ``input.X`` and ``output.X`` to one buffer;
 4. opset conversion, the onnxscript optimizer, ONNX IR post-fixes;
 5. flat names: inputs as ``flatten_named(sample inputs)`` names them, outputs as
-   ``flatten_named(eager output)`` does, ``input.``/``output.`` where they clash;
+   ``flatten_named(eager output)`` does, ``input.``/``output.`` where they clash (``onnx_names``);
 6. ``export_params`` / ``keep_initializers_as_inputs`` applied to the returned
    model itself (torch.onnx applies them only when it writes a file);
 7. ``output_path``: written atomically (``.onnx`` + ``.onnx_data``).
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, cast
 
 import torch
 
+from . import decomposed_trace, onnx_names
 from .configs import ExportConfigMixin, ExportFormat, OnnxConfig
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
@@ -40,36 +42,8 @@ logger = logging.getLogger(__name__)
 
 # The exporter emits opset 18 ops (torchlib) and converts up with onnxscript's version converter.
 MIN_OPSET = 18
-INPUT_PREFIX = "input."
-OUTPUT_PREFIX = "output."
 # Attribute on the returned ONNXProgram: the config's external_data choice, used by ``save``.
 _EXTERNAL_DATA_ATTR = "_hfexport_external_data"
-
-
-def _bypass_output_identities(graph: Any) -> int:
-    """A graph output that is ``Identity(x)`` of an intermediate ``x`` becomes ``x`` itself (the Identity goes).
-
-    torch.onnx wraps outputs in Identity nodes (the updated cache a decoder also returns); ONNX Runtime runs
-    each as a copy, so a static cache's output was written twice per step: once by its update and once by the
-    Identity, and the update could not land in the bound buffer in place. Where ``x`` is a graph input, an
-    initializer or another output, the Identity stays (an output must have its own value). Returns how many
-    went."""
-    outputs = list(graph.outputs)
-    removed = 0
-    for i, value in enumerate(outputs):
-        node = value.producer()
-        if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or len(value.uses()):
-            continue
-        source = node.inputs[0]
-        if source is None or source.producer() is None or source.is_initializer() or source.is_graph_input():
-            continue
-        if any(source is other for other in outputs) or source.is_graph_output():
-            continue
-        outputs[i] = source
-        graph.outputs[i] = source
-        graph.remove(node, safe=True)
-        removed += 1
-    return removed
 
 
 def newest_opset() -> int:
@@ -103,15 +77,6 @@ def resolve_opset(requested: int | None) -> int:
     return requested
 
 
-def _all_values(model: Any):
-    import onnx_ir as ir
-
-    yield from model.graph.inputs
-    yield from model.graph.initializers.values()
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        yield from node.outputs
-
-
 @functools.lru_cache(maxsize=8)
 def _registry(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
     """torchlib's registry for ``opset`` with hfexport's translations, built once per process and table:
@@ -123,6 +88,16 @@ def _registry(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
     for op, fn in translations:
         registry.register_op(op, fn, is_complex=False)
     return registry
+
+
+@functools.lru_cache(maxsize=8)
+def _decomposition_table(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
+    """torch.onnx's decomposition table for what the registry translates, split for a one-pass trace
+    (``decomposed_trace.split_table``); built once per registry, read only."""
+    from torch.onnx._internal.exporter import _decomp
+
+    implemented = set(_decomp.get_onnx_implemented_overloads(_registry(opset, translations)))
+    return decomposed_trace.split_table(_decomp.create_onnx_friendly_decomposition_table(implemented))
 
 
 @register_exporter("onnx")
@@ -149,6 +124,24 @@ class OnnxExporter(DynamoExporter):
             self.save(onnx_program, config.output_path)
         return onnx_program
 
+    @staticmethod
+    def decomposition_table(config: Any) -> Any:
+        """The split ONNX decomposition table for ``config``'s opset (``decomposed_trace.split_table``)."""
+        opset = max(resolve_opset(config.opset_version), MIN_OPSET)
+        return _decomposition_table(opset, tuple(onnx_fixes.translation_table(opset).items()))
+
+    def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
+        """One trace straight into the ONNX-decomposed ATen program (``decomposed_trace``): torch.export's
+        training-IR trace followed by torch.onnx's decomposition retrace would trace the model twice."""
+        return decomposed_trace.export_decomposed(
+            model,
+            graph_inputs,
+            dynamic_shapes,
+            self.decomposition_table(config),
+            strict=config.strict,
+            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+        )
+
     # -- lowering -------------------------------------------------------------------------------------
     def lower(
         self, program: torch.export.ExportedProgram, config: OnnxConfig, opset: int, input_names: list[str]
@@ -171,13 +164,10 @@ class OnnxExporter(DynamoExporter):
         translations = onnx_fixes.translation_table(max(opset, MIN_OPSET))
         registry = _registry(max(opset, MIN_OPSET), tuple(translations.items()))
         try:
-            with self.tracing_mode(config):
-                decomposed = _core._prepare_exported_program_for_export(program, registry=registry)
-            if apply_fx_node_fixes("onnx", decomposed.graph_module):
-                decomposed._graph_module = decomposed.graph_module
+            decomposed = self._prepare(program)
         except Exception as exc:
             raise HfExportError(
-                f"the ONNX decompositions failed: {type(exc).__name__}: {exc}\n"
+                f"preparing the decomposed program for ONNX failed: {type(exc).__name__}: {exc}\n"
                 "Try: register an FX node fix (hfexport.register_fx_node_fix('onnx')) or a torch patch "
                 "(register_patch('onnx', ...)) for the op named above; export with DynamoExporter to check the "
                 "trace itself works.",
@@ -217,10 +207,24 @@ class OnnxExporter(DynamoExporter):
                 f"Try opset_version={MIN_OPSET} or None.",
                 stage="lowering",
             )
-        self._name_values(model, names_by_placeholder, output_names, mutated)
+        onnx_names.name_values(model, names_by_placeholder, output_names, mutated)
         self._apply_initializer_options(model, config)
         setattr(onnx_program, _EXTERNAL_DATA_ATTR, config.external_data)
         return onnx_program
+
+    @staticmethod
+    def _prepare(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+        """torch.onnx's preparation of a program it has decomposed (``trace_call`` did): explicit type
+        promotion, no assertion nodes; then hfexport's FX node fixes. Size-oblivious, as torch.onnx's own."""
+        from torch.onnx._internal.exporter import _fx_passes
+
+        with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+            graph_module = program.graph_module
+            _fx_passes.insert_type_promotion_nodes(graph_module)
+            graph_module = _fx_passes.remove_assertion_nodes(graph_module)
+            apply_fx_node_fixes("onnx", graph_module)
+            program._graph_module = graph_module
+        return program
 
     @staticmethod
     def _expose_input_mutations(model: Any, program: torch.export.ExportedProgram) -> list[tuple[str, str]]:
@@ -231,7 +235,7 @@ class OnnxExporter(DynamoExporter):
         specs = [s for s in program.graph_signature.output_specs if s.kind.name == "USER_INPUT_MUTATION"]
         if not specs:
             return []
-        values = {v.name: v for v in _all_values(model)}
+        values = {v.name: v for v in onnx_names.all_values(model)}
         added = []
         for spec in specs:
             value = values.get(spec.arg.name)
@@ -255,74 +259,6 @@ class OnnxExporter(DynamoExporter):
             for n, s in zip(names, specs)
             if not (type(s.arg).__name__ == "ConstantArgument" and getattr(s.arg, "value", 0) is None)
         ]
-
-    @staticmethod
-    def _name_values(
-        model: Any, inputs_by_placeholder: dict[str, str], output_names: list[str], mutated: list[tuple[str, str]]
-    ) -> None:
-        """Give graph inputs and outputs their flat names, with ``input.``/``output.`` on clashes."""
-        import onnx_ir as ir
-
-        graph = model.graph
-        if len(graph.inputs) == len(inputs_by_placeholder):  # graph inputs keep the user inputs' order
-            in_names = list(inputs_by_placeholder.values())
-        else:
-            in_names = [inputs_by_placeholder.get(v.name, v.name) for v in graph.inputs]
-        placeholder_to_flat = dict(inputs_by_placeholder)
-        n_user = len(graph.outputs) - len(mutated)
-        if n_user != len(output_names):
-            logger.warning(
-                "the ONNX graph has %d outputs but the program's output spec has %d leaves; "
-                "outputs keep positional names",
-                n_user,
-                len(output_names),
-            )
-            output_names = [f"output_{i}" for i in range(n_user)]
-        out_names = list(output_names)
-        mutation_values = list(graph.outputs)[n_user:]
-        del graph.outputs[n_user:]
-        for value, (_, target) in zip(mutation_values, mutated):
-            name = placeholder_to_flat.get(target, target)
-            if name in out_names:
-                # The model also returns the cache it updated (e.g. a StaticCache in its output): that user
-                # output is the written value, so it carries the name once.
-                graph.outputs[out_names.index(name)] = value
-            else:
-                graph.outputs.append(value)
-                out_names.append(name)
-        clash = set(in_names) & set(out_names)
-        in_names = [INPUT_PREFIX + n if n in clash else n for n in in_names]
-        out_names = [OUTPUT_PREFIX + n if n in clash else n for n in out_names]
-        if len(set(out_names)) != len(out_names):
-            raise HfExportError(f"two outputs would share a name: {out_names}", stage="lowering")
-
-        _bypass_output_identities(graph)
-        # An output that is a graph input, an initializer or another output gets its own Identity value,
-        # so each graph output can carry its own name.
-        inputs = set(id(v) for v in graph.inputs)
-        seen: set[int] = set()
-        for i, value in enumerate(list(graph.outputs)):
-            if id(value) in inputs or id(value) in seen or value.is_initializer() or value.producer() is None:
-                node = ir.node("Identity", inputs=[value], num_outputs=1)
-                graph.append(node)
-                out = node.outputs[0]
-                out.shape, out.type = value.shape, value.type
-                graph.outputs[i] = out
-                value = out
-            seen.add(id(value))
-
-        # Free the target names first: an intermediate value may already carry one of them.
-        targets = set(in_names) | set(out_names)
-        keep = set(id(v) for v in list(graph.inputs) + list(graph.outputs))
-        for value in _all_values(model):
-            if value.name in targets and id(value) not in keep:
-                value.name = f"_{value.name}_inner"
-        for value, name in zip(graph.inputs, in_names):
-            value.metadata_props["pkg.torch.onnx.original_node_name"] = str(value.name)
-            value.name = name
-        for value, name in zip(graph.outputs, out_names):
-            value.metadata_props["pkg.torch.onnx.original_node_name"] = str(value.name)
-            value.name = name
 
     @staticmethod
     def _apply_initializer_options(model: Any, config: OnnxConfig) -> None:

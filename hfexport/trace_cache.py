@@ -4,7 +4,7 @@ While torch.export traces, every operator call runs on fake tensors, and torch k
 output shapes. Making an entry is not free: for each new call torch builds the key and then synthesises a fake
 output from it to validate the entry, about a millisecond apiece with symbolic sizes here. The entries pay back
 only when a call repeats with the same shapes, that is from the second decoder layer on, or when a later retrace
-over the same shape environment (ONNX's and ExecuTorch's decompositions) replays them. A model with few repeated blocks
+over the same shape environment (ExecuTorch's decompositions) replays them. A model with few repeated blocks
 (every test-sized model a suite exports) therefore traces faster without the cache, a deep one faster with it.
 ``python benchmarks/fake_tensor_cache.py`` prints the export time with and without it per depth and backend; the
 thresholds below are where the two cross.
@@ -22,16 +22,18 @@ logger = logging.getLogger(__name__)
 
 # (export format, whether the sample carries a KV cache) -> the number of repeated blocks (the longest ModuleList
 # in the model) from which the cache's hits outweigh the cost of making its entries; below it the trace runs
-# without the cache. ONNX's decompositions retrace the program, and ExecuTorch's three times, over the trace's
-# shape environment, replaying its entries: there the cache pays off whatever the depth (5 of 7 zoo models
-# exported to ONNX faster with it, a 2-layer Llama to ExecuTorch 2.5 s faster). A program that writes into a cache
-# it is given is functionalised by that retrace into other calls, which replay nothing: ONNX's generation
-# components (prefill and decode, each given a cache) exported faster without the cache up to 16 layers. A format
-# not named here traces with the cache on, torch's default.
+# without the cache. ExecuTorch's decompositions retrace the program three times over the trace's shape
+# environment, replaying its entries: there the cache pays off whatever the depth (a 2-layer Llama exported 2.5 s
+# faster with it). The ONNX exporter traces once, straight into decomposed ATen (``decomposed_trace``); a decomposed
+# layer makes more calls than a training-IR one, so the cache pays off from fewer layers than Dynamo's trace (a
+# Llama of 4 layers or more exported faster with it, 8 two-layer zoo models without it). A program that writes into
+# a cache it is given is functionalised into other calls, which the trace replays less: ONNX's generation components
+# (prefill and decode, each given a cache) exported faster without the cache up to 16 layers. A format not named
+# here traces with the cache on, torch's default.
 CACHE_FROM_REPEATED_BLOCKS = {
     ("dynamo", False): 16,
     ("dynamo", True): 16,
-    ("onnx", False): 0,
+    ("onnx", False): 4,
     ("onnx", True): 16,
     ("executorch", False): 0,
     ("executorch", True): 0,

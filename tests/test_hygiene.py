@@ -90,6 +90,71 @@ def test_diff_model_state_notices_changes():
     assert any("forward" in d for d in diffs)
 
 
+class _RemembersLastInput(torch.nn.Module):
+    """Keeps a tensor of its last call on itself and adds a new attribute (as Qwen2-VL's ``rope_deltas``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.last = None
+
+    def forward(self, x):
+        self.last = x.sum(-1, keepdim=True)
+        self.calls = getattr(self, "calls", 0) + 1
+        return self.linear(x) + self.last
+
+
+@pytest.mark.parametrize("export_format", ["dynamo", "onnx"])
+def test_attributes_a_forward_sets_while_traced_are_put_back(export_format):
+    """torch.export's training-IR trace puts back a tensor attribute the forward assigned; its post-dispatch trace
+    (the ONNX exporter's) leaves it holding a traced tensor: the export itself must put every attribute back."""
+    from hfexport import AutoExportConfig, AutoHfExporter
+
+    model = _RemembersLastInput().eval()
+    snap = snapshot_model(model)
+    config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": True})
+    AutoHfExporter.from_config(config).export(model, {"x": torch.randn(2, 4)}, config)
+    assert model.last is None and "calls" not in vars(model)
+    assert diff_model_state(model, snap) == []
+
+
+class _InstallsHooksOnFirstCall(torch.nn.Module):
+    """As transformers' output capturing: the first forward hooks a child and sets a flag that it did."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not getattr(self, "_hooks_installed", False):
+            self.linear.register_forward_hook(lambda module, args, out: out + 1)
+            self._hooks_installed = True
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("export_format", ["dynamo", "onnx"])
+def test_hooks_and_their_flag_a_traced_forward_installs_go_together(export_format):
+    """Taking the flag back but not the hooks would hook the child twice on the next eager call."""
+    from hfexport import AutoExportConfig, AutoHfExporter
+
+    torch.manual_seed(0)
+    model, fresh = _InstallsHooksOnFirstCall().eval(), _InstallsHooksOnFirstCall().eval()
+    fresh.load_state_dict(model.state_dict())
+    x = torch.randn(2, 4)
+    config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": True})
+    AutoHfExporter.from_config(config).export(model, {"x": x}, config)
+    assert not model.linear._forward_hooks and "_hooks_installed" not in vars(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), fresh(x))
+
+
+def test_diff_model_state_names_an_attribute_a_forward_set():
+    model = _RemembersLastInput().eval()
+    snap = snapshot_model(model)
+    model(torch.randn(2, 4))
+    assert sorted(diff_model_state(model, snap)) == ["model.calls was added", "model.last changed"]
+
+
 class _Base:
     def greet(self):
         return "base"

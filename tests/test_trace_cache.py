@@ -24,9 +24,10 @@ def cache_setting_seen_by_the_trace(exporter, model, inputs, config):
     return set(seen)
 
 
-def test_a_shallow_model_is_traced_without_the_cache_and_a_deep_one_with_it():
-    exporter, config = DynamoExporter(), DynamoConfig(dynamic=True)
-    threshold = CACHE_FROM_REPEATED_BLOCKS[("dynamo", False)]
+@pytest.mark.parametrize("exporter, config", [(DynamoExporter(), DynamoConfig(dynamic=True)),
+                                              (OnnxExporter(), OnnxConfig(dynamic=True))], ids=["dynamo", "onnx"])
+def test_a_shallow_model_is_traced_without_the_cache_and_a_deep_one_with_it(exporter, config):
+    threshold = CACHE_FROM_REPEATED_BLOCKS[(config.export_format.value, False)]
     assert threshold > 2
     shallow, deep = llama(2), llama(threshold)
     assert repeated_blocks(shallow[0]) == 2 and repeated_blocks(deep[0]) == threshold
@@ -34,11 +35,9 @@ def test_a_shallow_model_is_traced_without_the_cache_and_a_deep_one_with_it():
     assert cache_setting_seen_by_the_trace(exporter, *deep, config) == {True}
 
 
-@pytest.mark.parametrize("exporter, config", [(OnnxExporter(), OnnxConfig(dynamic=True)),
-                                              (ExecutorchExporter(), ExecutorchConfig(dynamic=True))])
-def test_formats_whose_decompositions_replay_the_cache_trace_even_a_shallow_model_with_it(exporter, config):
+def test_executorch_whose_decompositions_replay_the_cache_traces_even_a_shallow_model_with_it():
     model, inputs = llama(2)
-    assert cache_setting_seen_by_the_trace(exporter, model, inputs, config) == {True}
+    assert cache_setting_seen_by_the_trace(ExecutorchExporter(), model, inputs, ExecutorchConfig(dynamic=True)) == {True}
 
 
 def test_onnx_traces_a_shallow_model_given_a_cache_without_it():

@@ -1,0 +1,134 @@
+"""The ONNX exporter's one trace records the graph that torch.export's trace plus torch.onnx's decomposition
+retrace record, op for op (up to the differences ``SAME_OP`` and ``SHAPE_READS`` name), with the same input
+writes; and faulty one-pass traces are told apart.
+
+The reference here is built the way torch.onnx builds it (``ExportedProgram.run_decompositions`` with the ONNX
+table, size-obliviously), around the same hfexport trace stages, so the only difference is the one trace."""
+
+from collections import Counter
+
+import pytest
+import torch
+
+from hfexport import OnnxConfig, OnnxExporter
+from hfexport.dynamo import DynamoExporter
+
+from helpers import eager, tiny_llama, zoo_model
+
+
+def two_trace(self, model, graph_inputs, dynamic_shapes, config):
+    """torch.export's training IR, then torch.onnx's decomposition pass over it: what the one trace replaces."""
+    from hfexport import onnx as onnx_exporter
+    from torch.onnx._internal.exporter import _fx_passes
+
+    opset = max(onnx_exporter.resolve_opset(config.opset_version), onnx_exporter.MIN_OPSET)
+    registry = onnx_exporter._registry(opset, tuple(onnx_exporter.onnx_fixes.translation_table(opset).items()))
+    program = DynamoExporter.trace_call(self, model, graph_inputs, dynamic_shapes, config)
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        return _fx_passes.decompose_with_registry(program, registry)
+
+
+class KeepsNoCompositeOps(OnnxExporter):
+    """Fault: the one trace decomposes every composite op (attention included), as if nothing were translated."""
+
+    def trace_call(self, model, graph_inputs, dynamic_shapes, config):
+        from hfexport import decomposed_trace
+
+        table = dict(OnnxExporter.decomposition_table(config)[1])
+        return decomposed_trace.export_decomposed(model, graph_inputs, dynamic_shapes, ({}, table))
+
+
+class SkipsTheTable(OnnxExporter):
+    """Fault: the one trace keeps the composite ops but applies none of the table's other decompositions."""
+
+    def trace_call(self, model, graph_inputs, dynamic_shapes, config):
+        from hfexport import decomposed_trace
+
+        cia = dict(OnnxExporter.decomposition_table(config)[0])
+        return decomposed_trace.export_decomposed(model, graph_inputs, dynamic_shapes, (cia, {}))
+
+
+# Checks torch.onnx removes before translating (``_fx_passes.remove_assertion_nodes``): the post-dispatch trace
+# records dtype checks of the sample's tensors that the retrace of a training-IR program does not.
+ASSERTIONS = {"aten.sym_constrain_range_for_size.default", "aten._assert_async.default", "aten._assert_async.msg",
+              "aten._assert_scalar.default", "aten._assert_tensor_metadata.default"}
+
+
+# Where the two IRs differ by design, not by content: an output that aliases another value is an ``alias`` in the
+# post-dispatch trace and a ``clone`` after the retrace (both an Identity in ONNX), and the retrace re-derives which
+# symbolic sizes it reads (T5's relative positions read one size more in the one trace: six shape nodes in ONNX).
+SAME_OP = {"aten.alias.default": "aten.clone.default"}
+SHAPE_READS = {"aten.sym_size.int"}
+
+
+def ops(program) -> Counter:
+    return Counter(SAME_OP.get(str(n.target), str(n.target)) for n in program.graph.nodes
+                   if n.op == "call_function" and str(n.target) not in ASSERTIONS | SHAPE_READS)
+
+
+def written_inputs(program) -> list[str]:
+    return [s.target for s in program.graph_signature.output_specs if s.kind.name == "USER_INPUT_MUTATION"]
+
+
+def llama_decode_step():
+    """A tiny Llama's decode step given the prompt's DynamicCache (the program writes into it)."""
+    model, inputs = tiny_llama(2)
+    with torch.no_grad():
+        past = model(**inputs, use_cache=True).past_key_values
+    return model, {"input_ids": torch.randint(0, 64, (2, 1)), "attention_mask": torch.ones(2, 6, dtype=torch.long),
+                   "past_key_values": past}
+
+
+def zoo_sample(name):
+    entry, model = zoo_model(name)
+    return model, entry.sample_inputs(model)
+
+
+CASES = {"llama": lambda: zoo_sample("llama"), "t5": lambda: zoo_sample("t5"), "bert": lambda: zoo_sample("bert"),
+         "llama_decode_step": llama_decode_step}
+
+
+def traced(exporter_cls, trace_call, model, inputs):
+    exporter = exporter_cls()
+    if trace_call is not None:
+        exporter.trace_call = trace_call.__get__(exporter)
+    return exporter.trace(model, inputs, OnnxConfig(dynamic=True))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_trace_records_the_graph_of_trace_plus_decompositions(case):
+    model, inputs = CASES[case]()
+    reference = traced(OnnxExporter, two_trace, model, inputs)
+    one = traced(OnnxExporter, None, model, inputs)
+    assert ops(one) == ops(reference)
+    assert written_inputs(one) == written_inputs(reference)
+
+
+def test_the_one_trace_keeps_attention_whole_for_hfexport_s_translation():
+    """The ONNX translation of SDPA is hfexport's (MatMul/Softmax): the op must reach it whole."""
+    model, inputs = zoo_sample("llama")
+    assert ops(traced(OnnxExporter, None, model, inputs))["aten.scaled_dot_product_attention.default"] == 2
+
+
+@pytest.mark.parametrize("fault", [KeepsNoCompositeOps, SkipsTheTable], ids=lambda f: f.__name__)
+def test_a_faulty_one_pass_trace_is_told_apart(fault):
+    model, inputs = zoo_sample("llama")
+    reference = traced(OnnxExporter, two_trace, model, inputs)
+    assert ops(traced(fault, None, model, inputs)) != ops(reference)
+
+
+def test_the_exported_onnx_program_matches_eager_and_torch_state_comes_back():
+    import torch.export._trace as export_trace
+
+    before = export_trace._export_to_aten_ir
+    sdpa_kernels = dict(torch.ops.aten.scaled_dot_product_attention.default.py_kernels)
+    model, inputs = zoo_sample("llama")
+    program = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    assert export_trace._export_to_aten_ir is before
+    assert dict(torch.ops.aten.scaled_dot_product_attention.default.py_kernels) == sdpa_kernels
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    feeds = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+    logits = session.run(["logits"], feeds)[0]
+    torch.testing.assert_close(torch.from_numpy(logits), eager(model, inputs).logits, atol=1e-4, rtol=1e-4)
