@@ -104,6 +104,7 @@ class _RemembersLastInput(torch.nn.Module):
         return self.linear(x) + self.last
 
 
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.last was assigned during export")
 @pytest.mark.parametrize("export_format", ["dynamo", "onnx"])
 def test_attributes_a_forward_sets_while_traced_are_put_back(export_format):
     """torch.export's training-IR trace puts back a tensor attribute the forward assigned; its post-dispatch trace
