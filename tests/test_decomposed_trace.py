@@ -132,3 +132,55 @@ def test_the_exported_onnx_program_matches_eager_and_torch_state_comes_back():
     feeds = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
     logits = session.run(["logits"], feeds)[0]
     torch.testing.assert_close(torch.from_numpy(logits), eager(model, inputs).logits, atol=1e-4, rtol=1e-4)
+
+
+class _SetsAttributesAsItRuns(torch.nn.Module):
+    """Counts its forwards on itself: a trace that fails half-way leaves the count raised."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x).transpose(0, 1).reshape(-1)
+
+
+def test_a_model_the_one_trace_refuses_is_traced_in_two_passes_from_its_own_state(monkeypatch):
+    """torch's constraint solver refused DeepSeek-V4's decode step in the one trace and not in two; here the
+    refusal is simulated after the forward ran. The two-pass trace starts from the model as it was, and its
+    program is the decomposed one the one trace would give."""
+    from hfexport import decomposed_trace
+
+    seen_calls = []
+    one_pass = decomposed_trace.export_decomposed
+
+    def refused(model, *args, **kwargs):
+        one_pass(model, *args, **kwargs)
+        raise AssertionError("Did not expect constraint with no free variables: False")
+
+    monkeypatch.setattr(decomposed_trace, "export_decomposed", refused)
+    model = _SetsAttributesAsItRuns().eval()
+    model.register_forward_pre_hook(lambda module, args: seen_calls.append(module.calls))
+    x = torch.randn(2, 4)
+    program = OnnxExporter().export(model, {"x": x}, OnnxConfig(dynamic=True))
+    assert len(seen_calls) >= 2 and set(seen_calls) == {0}, f"a trace ran on a state a trace left: {seen_calls}"
+    assert model.calls == 0
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    (got,) = session.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), eager(model, {"x": x}))
+
+
+def test_an_error_of_both_ways_is_the_two_pass_error(monkeypatch):
+    from hfexport import HfExportError, decomposed_trace
+
+    def refused(*args, **kwargs):
+        raise AssertionError("one-pass refusal")
+
+    monkeypatch.setattr(decomposed_trace, "export_decomposed", refused)
+    monkeypatch.setattr(DynamoExporter, "trace_call", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("two")))
+    with pytest.raises(HfExportError, match="RuntimeError: two"):
+        OnnxExporter().export(_SetsAttributesAsItRuns().eval(), {"x": torch.randn(2, 4)}, OnnxConfig(dynamic=True))

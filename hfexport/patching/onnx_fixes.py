@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import _reason_of
+from .registry import _reason_of, register_fx_program_fix
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,44 @@ def apply_onnx_ir_fixes(model: Any) -> list[str]:
 
 
 # -- built-in workarounds ----------------------------------------------------------------------------
+
+
+_LAYOUT_OPS = ("aten.transpose.int", "aten.permute.default", "aten.expand.default", "aten.t.default")
+_RESHAPES = ("aten.reshape.default", "aten.view.default")
+# The fixes of a training-IR program that torch.onnx's decompositions then retrace: the ONNX exporter's way for a
+# model its one-pass trace refuses (``OnnxExporter.trace_call``).
+TWO_PASS = "onnx-two-pass"
+
+
+@register_fx_program_fix(
+    TWO_PASS,
+    reason="the ONNX decompositions re-trace reshape(transpose(x)) size-obliviously and turn it into an invalid "
+    "aten.view ('Cannot view a tensor ... strides', T5 attention output); a contiguous clone in between makes the "
+    "view valid and lowers to nothing in ONNX. Only the two-pass way retraces; remove when T5 exports that way "
+    "with dynamic=True without it.",
+)
+def _contiguous_before_reshape_of_layout_change(program: Any) -> None:
+    import torch
+
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or str(node.target) not in _RESHAPES:
+            continue
+        source = node.args[0]
+        if getattr(source, "op", None) != "call_function" or str(source.target) not in _LAYOUT_OPS:
+            continue
+        with graph.inserting_before(node):
+            clone = graph.call_function(
+                torch.ops.aten.clone.default, (source,), {"memory_format": torch.contiguous_format}
+            )
+        if "val" in source.meta:
+            clone.meta["val"] = source.meta["val"].clone(memory_format=torch.contiguous_format)
+        node.replace_input_with(source, clone)
+        changed = True
+    if changed:
+        graph.lint()
+        program.graph_module.recompile()
 
 
 @register_onnx_translation(
