@@ -91,6 +91,12 @@ def _registry(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
     return registry
 
 
+def registry_for(opset: int) -> Any:
+    """torchlib's registry with hfexport's translations as registered now, for ``opset`` (at least ``MIN_OPSET``)."""
+    opset = max(opset, MIN_OPSET)
+    return _registry(opset, tuple(onnx_fixes.translation_table(opset).items()))
+
+
 @functools.lru_cache(maxsize=8)
 def _decomposition_table(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
     """torch.onnx's decomposition table for what the registry translates, split for a one-pass trace
@@ -129,7 +135,7 @@ class OnnxExporter(DynamoExporter):
     def decomposition_table(config: Any) -> Any:
         """The split ONNX decomposition table for ``config``'s opset (``decomposed_trace.split_table``)."""
         opset = max(resolve_opset(config.opset_version), MIN_OPSET)
-        return _decomposition_table(opset, tuple(onnx_fixes.translation_table(opset).items()))
+        return _decomposition_table(opset, tuple(onnx_fixes.translation_table(opset).items()))  # registry_for's key
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """One trace straight into the ONNX-decomposed ATen program (``decomposed_trace``): torch.export's
@@ -164,8 +170,7 @@ class OnnxExporter(DynamoExporter):
 
         program = super().trace_call(model, graph_inputs, dynamic_shapes, config)
         apply_fx_program_fixes(onnx_fixes.TWO_PASS, program)
-        opset = max(resolve_opset(config.opset_version), MIN_OPSET)
-        registry = _registry(opset, tuple(onnx_fixes.translation_table(opset).items()))
+        registry = registry_for(resolve_opset(config.opset_version))
         with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
             return _fx_passes.decompose_with_registry(program, registry)
 
@@ -188,8 +193,7 @@ class OnnxExporter(DynamoExporter):
             names_by_placeholder = {s.arg.name: n for s, n in zip(user_inputs, input_names) if hasattr(s.arg, "name")}
         output_names = self._user_output_names(program)
 
-        translations = onnx_fixes.translation_table(max(opset, MIN_OPSET))
-        registry = _registry(max(opset, MIN_OPSET), tuple(translations.items()))
+        registry = registry_for(opset)
         try:
             decomposed = self._prepare(program)
         except Exception as exc:

@@ -21,8 +21,7 @@ def two_trace(self, model, graph_inputs, dynamic_shapes, config):
     from hfexport import onnx as onnx_exporter
     from torch.onnx._internal.exporter import _fx_passes
 
-    opset = max(onnx_exporter.resolve_opset(config.opset_version), onnx_exporter.MIN_OPSET)
-    registry = onnx_exporter._registry(opset, tuple(onnx_exporter.onnx_fixes.translation_table(opset).items()))
+    registry = onnx_exporter.registry_for(onnx_exporter.resolve_opset(config.opset_version))
     program = DynamoExporter.trace_call(self, model, graph_inputs, dynamic_shapes, config)
     with torch.fx.experimental._config.patch(backed_size_oblivious=True):
         return _fx_passes.decompose_with_registry(program, registry)
