@@ -19,18 +19,18 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
 import torch
 
-from . import batch_retrace, caches, shapes, trace_cache
+from . import batch_retrace, caches, decomposed_trace, shapes, trace_cache
 from .base import HfExporter
 from .configs import DynamoConfig, ExportConfigMixin, ExportFormat
 from .errors import HfExportError
 from .graph_writes import written_inputs
 from .io import atomic_output
-from .model_state import preserved, stateful_attributes_cleared
+from .model_state import preserved, restore_model, snapshot_model, stateful_attributes_cleared
 from .patching import apply_fx_program_fixes, apply_patches
 from .patching.attention import check_attention_exportable
 from .registry import register_exporter
@@ -217,6 +217,41 @@ class DynamoExporter(HfExporter):
             strict=config.strict,
             prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
         )
+
+    def trace_decomposed(
+        self,
+        model: Any,
+        graph_inputs: dict[str, Any],
+        dynamic_shapes: Any,
+        config: DynamoConfig,
+        table: Any,
+        in_two_passes: Callable[[], Any],
+    ) -> Any:
+        """One trace straight into the ATen program ``table`` decomposes (``decomposed_trace``), for an exporter
+        whose backend would otherwise retrace torch.export's training-IR program to decompose it.
+
+        Where torch refuses the one trace (its constraint solver rejected DeepSeek-V4's decode step, which the
+        training-IR trace accepts), the model is put back as it was and ``in_two_passes()`` traces it instead; an
+        error from that way is the export's error."""
+        snapshot = snapshot_model(model)
+        try:
+            return decomposed_trace.export_decomposed(
+                model,
+                graph_inputs,
+                dynamic_shapes,
+                table,
+                strict=config.strict,
+                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+            )
+        except Exception as exc:
+            logger.info(
+                "the one-pass trace of %s failed (%s: %s); tracing in two passes",
+                type(model).__name__,
+                type(exc).__name__,
+                str(exc)[:300],
+            )
+            restore_model(model, snapshot)
+        return in_two_passes()
 
     def _export(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: DynamoConfig) -> Any:
         try:

@@ -1,7 +1,9 @@
 """ExecutorchExporter: a transformers model to an ExecuTorch program (``.pte``).
 
 The Dynamo stages (``DynamoExporter.trace``, with the ``"executorch"`` patch set) give an
-ExportedProgram; then:
+ExportedProgram, traced once straight into the functional ATen program EXIR's lowering decomposes to
+(``trace_call``; for the XNNPACK and portable backends), so that the lowering's decomposition
+retraces have nothing left to do and are skipped (``patching/executorch_retraces.py``); then:
 
 1. every dynamic axis gets an upper bound: ExecuTorch plans memory for the largest
    shape a program accepts, and an unbounded axis would silently be planned at the
@@ -46,16 +48,16 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import torch
-import torch.utils._pytree as pytree
 
-from . import caches, dim_bounds, shapes
+from . import dim_bounds, shapes
+from .cache_owner import CacheOwner
 from .configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
 from .dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
-from .patching import executorch_fixes
+from .patching import executorch_fixes, executorch_retraces
 from .patching.executorch_passes import run_edge_passes
 from .registry import register_exporter
 
@@ -76,58 +78,6 @@ def side_file(path: str | Path) -> Path:
     """Where the names of the program saved at ``path`` live: ``<name>.pte.json`` next to it."""
     path = Path(path)
     return path.with_name(path.name + SIDE_SUFFIX)
-
-
-class CacheOwner(torch.nn.Module):
-    """The model with its StaticCache held as buffers: ExecuTorch then owns the cache as mutable state.
-
-    Why: the Python runtime copies graph inputs in and outputs out on every call, so a cache passed as
-    an input costs two copies of the whole cache per decode step. Buffers the graph mutates
-    (BUFFER_MUTATION) persist inside the program across ``execute()`` calls instead, and
-    ``emit_mutable_buffer_names`` lets a runtime reach them by name (to reset or fill them).
-    The forward rebuilds the cache object around the buffers on every call, so the cache's own
-    in-place writes land in them (and the trace sees buffers, not captured constants).
-    """
-
-    def __init__(self, model: torch.nn.Module, cache_name: str, cache: Any) -> None:
-        super().__init__()
-        self.wrapped = model
-        self.cache_name = cache_name
-        leaves, self._spec = pytree.tree_flatten(cache)
-        names = list(caches.named_cache_tensors(cache, cache_name))
-        if len(names) != len(leaves) or not all(isinstance(t, torch.Tensor) for t in leaves):
-            raise HfExportError(
-                f"the {cache_name} cache has non-tensor state; it cannot become buffers", stage="export"
-            )
-        self.attributes: dict[str, str] = {}
-        for name, leaf in zip(names, leaves):
-            attr = name.replace(".", "_")
-            self.register_buffer(attr, leaf.detach().clone(), persistent=False)
-            self.attributes[name] = attr
-
-    @property
-    def config(self) -> Any:
-        return getattr(self.wrapped, "config", None)
-
-    def forward(self, **kwargs: Any) -> Any:
-        cache = pytree.tree_unflatten([self.get_buffer(a) for a in self.attributes.values()], self._spec)
-        out = self.wrapped(**kwargs, **{self.cache_name: cache})
-        if isinstance(out, Mapping):  # the cache is state now, not an output (the runner reads it back)
-            return {k: v for k, v in out.items() if k != self.cache_name}
-        return out
-
-    @classmethod
-    def wrap(cls, model: Any, sample_inputs: Mapping[str, Any]) -> tuple[Any, dict[str, Any], dict[str, str]]:
-        """(module to export, its sample inputs, {flat cache name: attribute}); unchanged without a StaticCache."""
-        from transformers import StaticCache
-
-        static = [k for k, v in sample_inputs.items() if isinstance(v, StaticCache)]
-        if not static:
-            return model, dict(sample_inputs), {}
-        name = static[0]
-        owner = cls(model, name, caches.clone_cache(sample_inputs[name]))
-        rest = {k: v for k, v in sample_inputs.items() if k != name}
-        return owner, rest, dict(owner.attributes)
 
 
 @register_exporter("executorch")
@@ -192,6 +142,21 @@ class ExecutorchExporter(DynamoExporter):
         if config.dynamic_shapes is None and isinstance(spec, dict) and not self.cache_as_buffers:
             return shapes.tie_batch_axes(spec, graph_inputs)
         return spec
+
+    def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
+        """One trace straight into the ATen program EXIR's lowering would decompose the training-IR program into
+        (``executorch_retraces``), so that the lowering's decomposition retraces find nothing left to do."""
+        table = executorch_retraces.split_decomposition_table(config.backend)
+        if table is None:
+            return super().trace_call(model, graph_inputs, dynamic_shapes, config)
+        return self.trace_decomposed(
+            model,
+            graph_inputs,
+            dynamic_shapes,
+            config,
+            table,
+            lambda: super(ExecutorchExporter, self).trace_call(model, graph_inputs, dynamic_shapes, config),
+        )
 
     # -- bounds -----------------------------------------------------------------------------------
     def bound_dynamic_dims(

@@ -34,7 +34,6 @@ from .configs import ExportConfigMixin, ExportFormat, OnnxConfig
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
-from .model_state import restore_model, snapshot_model
 from .outputs import flatten_named, spec_leaf_names
 from .patching import apply_fx_node_fixes, apply_fx_program_fixes, onnx_fixes
 from .registry import register_exporter
@@ -138,31 +137,16 @@ class OnnxExporter(DynamoExporter):
         return _decomposition_table(opset, tuple(onnx_fixes.translation_table(opset).items()))  # registry_for's key
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
-        """One trace straight into the ONNX-decomposed ATen program (``decomposed_trace``): torch.export's
-        training-IR trace followed by torch.onnx's decomposition retrace would trace the model twice.
-
-        Where torch refuses the one trace (its constraint solver rejected DeepSeek-V4's decode step, which the
-        training-IR trace accepts), the model is put back as it was and traced the two-pass way; an error from
-        that way is the export's error."""
-        snapshot = snapshot_model(model)
-        try:
-            return decomposed_trace.export_decomposed(
-                model,
-                graph_inputs,
-                dynamic_shapes,
-                self.decomposition_table(config),
-                strict=config.strict,
-                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-            )
-        except Exception as exc:
-            logger.info(
-                "the one-pass trace of %s failed (%s: %s); tracing in two passes",
-                type(model).__name__,
-                type(exc).__name__,
-                str(exc)[:300],
-            )
-            restore_model(model, snapshot)
-        return self._trace_in_two_passes(model, graph_inputs, dynamic_shapes, config)
+        """One trace straight into the ONNX-decomposed ATen program (``trace_decomposed``): torch.export's
+        training-IR trace followed by torch.onnx's decomposition retrace would trace the model twice."""
+        return self.trace_decomposed(
+            model,
+            graph_inputs,
+            dynamic_shapes,
+            config,
+            self.decomposition_table(config),
+            lambda: self._trace_in_two_passes(model, graph_inputs, dynamic_shapes, config),
+        )
 
     def _trace_in_two_passes(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """torch.export's training-IR program, its two-pass fixes, then torch.onnx's decompositions."""

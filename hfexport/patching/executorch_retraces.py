@@ -1,0 +1,190 @@
+"""Retraces EXIR's lowering runs for nothing, skipped while hfexport lowers (the ``executorch_lowering`` set).
+
+``to_edge_transform_and_lower`` retraces a program three times to decompose it (``run_decompositions``: first with
+no table, to functionalise, then with the table that keeps the partitioner's ops, then with the full table for
+what the partitioner refused), and XNNPACK's preprocess runs 17 passes over each partition, most of which end by
+retracing the partition on fake tensors to refresh its metadata. On a tiny Llama those retraces were about half
+of the export (``python benchmarks/export_time.py --backends executorch``).
+
+hfexport's ExecuTorch exporter traces once, straight into the functional ATen program decomposed by the first
+table (``decomposition_table``, ``decomposed_trace``); every decomposition retrace then finds nothing left to
+do. Two patches skip a retrace only where it provably changes nothing:
+
+* ``run_decompositions`` of an ATen-dialect program (functional by construction) in which no node calls an op of
+  the table (reading a symbolic size aside: it decomposes to itself) returns the program itself;
+* an XNNPACK pass whose only use of the retrace is refreshing metadata (it overrides none of EXIR's retrace
+  hooks, such as ``call_operator``), and whose own rewrite left the partition's graph as it was, skips the
+  retrace.
+
+``tests/test_executorch_one_trace.py`` checks that the lowered programs, and each XNNPACK delegate's bytes, are
+the ones EXIR gives without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .registry import register_patch
+
+logger = logging.getLogger(__name__)
+
+LOWERING = "executorch_lowering"  # the set name of executorch_fixes.LOWERING (not imported: no cycle)
+
+# Size reads a retrace records again as they were: their table entry (``x.size(dim)``) traces back to itself.
+SIZE_READS = ("sym_size.int", "sym_stride.int", "sym_numel.default", "sym_storage_offset.default")
+# Attribute on an XNNPACK pass instance: (graph module, its fingerprint) when the pass began.
+_GRAPH_AT_START = "_hfexport_graph_at_start"
+
+
+def _size_reads() -> set[Any]:
+    found: set[Any] = set()
+    for name in SIZE_READS:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if op is not None:
+            found.add(op)
+    return found
+
+
+def calls_any(graph_module: torch.fx.GraphModule, table: Any) -> list[str]:
+    """The ops of ``table`` that a node of ``graph_module`` (or of a submodule's graph) calls, size reads aside."""
+    ops = set(table.keys()) - _size_reads()
+    found: set[str] = set()
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            found.update(str(n.target) for n in module.graph.nodes if n.op == "call_function" and n.target in ops)
+    return sorted(found)
+
+
+def _materialised(table: Any) -> dict[Any, Callable]:
+    return dict(table.materialize()) if hasattr(table, "materialize") else dict(table)
+
+
+def _run_decompositions_when_needed(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def run_decompositions(self: Any, decomp_table: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if decomp_table is not None and self.verifier.dialect == "ATEN":
+            table = _materialised(decomp_table)
+            if not calls_any(self.graph_module, table):
+                logger.debug("run_decompositions skipped: the program calls none of the table's %d ops", len(table))
+                return self
+        return original(self, decomp_table, *args, **kwargs)
+
+    return run_decompositions
+
+
+register_patch(
+    LOWERING,
+    "torch.export.exported_program.ExportedProgram.run_decompositions",
+    reason="to_edge_transform_and_lower retraces an already functional ATen program with tables none of whose "
+    "ops it calls (hfexport traces once into that program); the retrace records the same graph. Drop when "
+    "EXIR skips such retraces itself.",
+)(_run_decompositions_when_needed)
+
+
+def fingerprint(graph_module: torch.fx.GraphModule) -> tuple[tuple[str, ...], ...]:
+    """The graph's structure: every node's kind, target, name, arguments; a rewrite changes it."""
+    return tuple((n.op, str(n.target), n.name, str(n.args), str(n.kwargs)) for n in graph_module.graph.nodes)
+
+
+@functools.cache
+def _retrace_hooks() -> frozenset[str]:
+    """The methods of EXIR's ``ExportPass`` (and its EXIR bases) that the retrace calls, ``call`` aside."""
+    from executorch.exir.pass_base import ExportPass
+
+    return frozenset(
+        name
+        for base in ExportPass.__mro__
+        if base.__module__.startswith("executorch")
+        for name, value in vars(base).items()
+        if callable(value) and not name.startswith("__") and name != "call"
+    )
+
+
+def retraces_only_to_refresh(pass_class: type) -> bool:
+    """Whether ``pass_class`` (an EXIR ``ExportPass``) leaves the retrace to EXIR: none of the classes between
+    it and ``ExportPass`` defines a retrace hook (``call_operator``, ``placeholder``, ...), only ``call``."""
+    from executorch.exir.pass_base import ExportPass
+
+    if not issubclass(pass_class, ExportPass):
+        return False
+    for base in pass_class.__mro__:
+        if base is ExportPass:
+            return True
+        if _retrace_hooks() & set(vars(base)):
+            return False
+    return False
+
+
+def _record_graph_at_start(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _transform(program: Any, *passes: Any, **kwargs: Any) -> Any:
+        for pass_ in passes:
+            if retraces_only_to_refresh(type(pass_)):
+                setattr(pass_, _GRAPH_AT_START, (program.graph_module, fingerprint(program.graph_module)))
+        return original(program, *passes, **kwargs)
+
+    return _transform
+
+
+def _retrace_only_a_changed_graph(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
+        start = self.__dict__.get(_GRAPH_AT_START)
+        if start is not None and start[0] is graph_module and start[1] == fingerprint(graph_module):
+            from torch.fx.passes.infra.pass_base import PassResult
+
+            return PassResult(graph_module, False)
+        return original(self, graph_module)
+
+    return call
+
+
+register_patch(
+    LOWERING,
+    "executorch.backends.xnnpack._passes._transform",
+    reason="XNNPACK's pass manager runs 17 passes per partition, and most retrace the partition to refresh its "
+    "metadata even when they rewrote nothing; this records each such pass's graph as it starts. Drop when the "
+    "passes retrace only after a rewrite.",
+)(_record_graph_at_start)
+register_patch(
+    LOWERING,
+    "executorch.exir.pass_base.ExportPass.call",
+    reason="with the graph recorded above unchanged, the metadata retrace of an XNNPACK pass gives the graph it "
+    "was given; skipped. Passes no start was recorded for retrace as before.",
+)(_retrace_only_a_changed_graph)
+
+
+@functools.cache
+def split_decomposition_table(backend: str) -> Any:
+    """``decomposition_table(backend)`` split for a one-pass trace (``decomposed_trace.split_table``), or None;
+    built once per backend, read only."""
+    from ..decomposed_trace import split_table
+
+    table = decomposition_table(backend)
+    return None if table is None else split_table(table)
+
+
+def decomposition_table(backend: str) -> Any:
+    """The table ``to_edge_transform_and_lower`` decomposes a program with before partitioning, for ``backend``:
+    EXIR's default table less the ops XNNPACK keeps whole (that ExecuTorch accepts keeping), or the whole default
+    table where no partitioner runs (``"portable"``). None for any other backend: its program is traced as is."""
+    from executorch.exir.program._program import _remove_invalid_ops_for_not_decompose
+    from executorch.exir.tracer import _default_decomposition_table
+
+    table = _materialised(_default_decomposition_table())
+    if backend == "portable":
+        return table
+    if backend != "xnnpack":
+        return None
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    kept, _ = XnnpackPartitioner().ops_to_not_decompose(None)  # its op list does not depend on the program
+    for op in _remove_invalid_ops_for_not_decompose(list(kept)):
+        table.pop(op, None)
+    return table
