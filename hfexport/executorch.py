@@ -56,6 +56,7 @@ from .dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
 from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
 from .io import atomic_output
+from .model_state import restore_model, snapshot_model
 from .outputs import flatten_named, spec_leaf_names
 from .patching import executorch_fixes, executorch_retraces
 from .patching.executorch_passes import run_edge_passes
@@ -142,6 +143,23 @@ class ExecutorchExporter(DynamoExporter):
         if config.dynamic_shapes is None and isinstance(spec, dict) and not self.cache_as_buffers:
             return shapes.tie_batch_axes(spec, graph_inputs)
         return spec
+
+    def _export(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
+        """As Dynamo's; where the trace pins the tied batch symbol (Funnel's batch-1 trace: 'Constraints violated
+        (batch)'), the model is put back and traced again with every axis free, as Dynamo's exporter traces it,
+        so that the batch retrace (``open_pinned_batch``) can open the batch the trace pinned."""
+        snapshot = snapshot_model(model)
+        try:
+            return super()._export(model, graph_inputs, dynamic_shapes, config)
+        except HfExportError as exc:
+            untied = DynamoExporter.dynamic_shapes_for(self, graph_inputs, config)
+            if "Constraints violated (batch)" not in str(exc) or not shapes.ties_batch(dynamic_shapes):
+                raise
+            logger.info(
+                "the trace of %s pinned the tied batch axis; tracing with every axis free", type(model).__name__
+            )
+            restore_model(model, snapshot)
+        return super()._export(model, graph_inputs, untied, config)
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """One trace straight into the ATen program EXIR's lowering would decompose the training-IR program into

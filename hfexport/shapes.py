@@ -152,6 +152,18 @@ def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, An
     return out
 
 
+def ties_batch(spec: Any) -> bool:
+    """Whether ``spec`` has ``tie_batch_axes``' named ``batch`` Dim on some axis."""
+    if not isinstance(spec, dict):
+        return False
+    return any(
+        getattr(d, "__name__", None) == "batch"
+        for axes in spec.values()
+        if isinstance(axes, dict)
+        for d in axes.values()
+    )
+
+
 def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
     """Repeat every tensor whose leading (batch) axis has size 1, ``batch`` times along it.
 

@@ -549,3 +549,32 @@ def test_without_the_edge_config_entry_the_size_functions_fail_lowering(monkeypa
     monkeypatch.setattr(executorch_fixes, "edge_compile_config", lambda program: EdgeCompileConfig())
     with pytest.raises(HfExportError, match="to_edge_transform_and_lower"):
         ExecutorchExporter().export(model, sample, config)
+
+
+class _PinsBatchOne(torch.nn.Module):
+    """Branches on a batch of 1 (as Funnel's pooling does): a batch-1 trace guards the batch to 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(input_ids) * attention_mask[..., None]
+        if hidden.shape[0] == 1:
+            hidden = hidden[0][None]  # the same values: only the trace tells the branches apart
+        return hidden.sum(-1)
+
+
+def test_a_batch_one_trace_that_pins_the_tied_batch_is_opened_by_the_batch_retrace():
+    """The ExecuTorch exporter ties the token inputs' batch axes to one named Dim; a trace that pins it raised
+    'Constraints violated (batch)' (Funnel). It is traced again with free axes, and the batch retrace opens it."""
+    from executorch.runtime import Runtime
+
+    model = _PinsBatchOne().eval()
+    ids = torch.randint(0, 16, (1, 5))
+    manager = ExecutorchExporter().export(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                          ExecutorchConfig(dynamic=True))
+    method = Runtime.get().load_program(manager.buffer).load_method("forward")
+    wide = torch.randint(0, 16, (3, 7))
+    (got,) = method.execute([wide, torch.ones_like(wide)])
+    torch.testing.assert_close(got, model(wide, torch.ones_like(wide)))
