@@ -12,6 +12,9 @@ cProfile, which doubles every time; this one gives the real seconds). The stages
   pass pipeline and serialisation;
 - ``to_executorch``: memory planning and emission.
 
+A third column, ``two-pass``, is hfexport with its one trace and its retrace skips taken out (torch.export's
+training-IR trace, lowered by EXIR's own way): what those two changes save, in the same run.
+
 Each implementation exports once untimed, then ``--repeat`` times; the fastest total counts, with its stages.
 
     python benchmarks/export_stages.py                       # llama, plain export
@@ -69,6 +72,28 @@ def install_timers() -> list[str]:
     return [label for _, _, label in stages]
 
 
+def two_pass_export(generation: bool) -> Any:
+    """hfexport's ExecuTorch export as it was before its one trace: the training-IR trace, every retrace run."""
+    from hfexport import ExecutorchExporter
+    from hfexport.dynamo import DynamoExporter
+    from hfexport.patching import executorch_retraces
+    from hfexport.patching.registry import PATCHES
+
+    fn = export_time.hfexport_export("executorch", True, generation=generation)
+
+    def export(model: Any, inputs: dict) -> Any:
+        patches, one_trace = PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.trace_call
+        PATCHES[executorch_retraces.LOWERING] = [p for p in patches
+                                                 if p.factory.__module__ != executorch_retraces.__name__]
+        ExecutorchExporter.trace_call = DynamoExporter.trace_call  # type: ignore[method-assign]
+        try:
+            return fn(model, inputs)
+        finally:
+            PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.trace_call = patches, one_trace
+
+    return export
+
+
 def measure(fn: Any, model: Any, inputs: dict, repeat: int) -> tuple[float, dict[str, tuple[float, int]]]:
     fn(model, copy.deepcopy(inputs))  # one-time costs (imports, EXIR's pattern graphs) stay out
     best: tuple[float, dict[str, tuple[float, int]]] | None = None
@@ -97,28 +122,32 @@ def main(argv: list[str] | None = None) -> int:
     inputs = entry.sample_inputs(model)
     labels = install_timers()
     results = {}
-    for impl, factory in (("hfexport", export_time.hfexport_export), ("peer", export_time.peer_export)):
+    impls = {"hfexport": export_time.hfexport_export("executorch", True, generation=args.generation),
+             "peer": export_time.peer_export("executorch", True, generation=args.generation),
+             "two-pass": two_pass_export(args.generation)}
+    for impl, fn in impls.items():
         print(f"timing {impl} ...", file=sys.stderr, flush=True)
-        results[impl] = measure(factory("executorch", True, generation=args.generation), model, inputs, args.repeat)
+        results[impl] = measure(fn, model, inputs, args.repeat)
     rows = []
     for label in labels:
         row: list[Any] = [label]
-        for impl in ("hfexport", "peer"):
+        for impl in impls:
             seconds, calls = results[impl][1].get(label, (0.0, 0))
             row += [seconds, calls]
         rows.append(row)
-    rows.append(["total", results["hfexport"][0], "", results["peer"][0], ""])
+    rows.append(["total"] + [x for impl in impls for x in (results[impl][0], "")])
     kind = "export_for_generation" if args.generation else "export"
     print(f"{args.model} / executorch {kind}, dynamic=True, fastest of {args.repeat}; "
-          f"hfexport / peer = {results['hfexport'][0] / results['peer'][0]:.3f}")
-    print(_common.table(["stage", "hfexport s", "calls", "peer s", "calls"], rows))
+          f"hfexport / peer = {results['hfexport'][0] / results['peer'][0]:.3f}, "
+          f"two-pass / peer = {results['two-pass'][0] / results['peer'][0]:.3f}")
+    print(_common.table(["stage", "hfexport s", "calls", "peer s", "calls", "two-pass s", "calls"], rows))
     payload = {"model": args.model, "generation": args.generation, "repeat": args.repeat,
                "totals": {impl: total for impl, (total, _) in results.items()},
                "stages": {impl: {k: {"s": s, "calls": c} for k, (s, c) in stages.items()}
                           for impl, (_, stages) in results.items()}}
     name = f"export_stages_{args.model}" + ("_generation" if args.generation else "")
     png = _common.bar_plot(args.out, name, f"{args.model} ExecuTorch {kind}: seconds per stage", labels + ["total"],
-                           {impl: [r[1 + 2 * i] for r in rows] for i, impl in enumerate(("hfexport", "peer"))},
+                           {impl: [r[1 + 2 * i] for r in rows] for i, impl in enumerate(impls)},
                            "seconds")
     print(f"wrote {_common.write_json(args.out, name, payload)}" + (f" and {png}" if png else ""))
     return 0
