@@ -121,3 +121,21 @@ def test_the_copy_check_sees_the_unpassed_program(monkeypatch):
     monkeypatch.setattr(executorch_passes, "EDGE_PASSES", ())
     found = cache_copies(static_decode_export("executorch", cache_as_buffers=True)[0])
     assert "identity expand_copy" in found and "functional index_put" in found and "cache copy_ write-back" in found
+
+
+def test_the_cache_as_inputs_program_returns_its_cache_in_input_order():
+    """The runtime returns the mutated inputs first; the guide's loop feeds them back as the next call's cache.
+    A cache whose layers hold an integer length beside keys and values, with the keys and values updated in place
+    and the lengths written back, came out reordered (EXIR moves written-back outputs first)."""
+    from executorch.runtime import Runtime
+
+    manager = static_decode_export("executorch")[0]
+    meta = Runtime.get().load_program(manager.buffer).load_method("forward").metadata
+
+    def kinds(infos):
+        return [(str(info.dtype()), list(info.sizes())) for info in infos]
+
+    cache_inputs = kinds(meta.input_tensor_meta(i) for i in range(3, meta.num_inputs()))
+    assert {dtype for dtype, _ in cache_inputs} == {"4", "6"}, "the sample cache should hold lengths and tensors"
+    assert kinds(meta.output_tensor_meta(i) for i in range(len(cache_inputs))) == cache_inputs
+    assert manager.hfexport_io["mutated_inputs"] == manager.hfexport_io["inputs"][3:]

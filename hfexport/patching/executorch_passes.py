@@ -79,7 +79,7 @@ def cache_updates_in_place(program: Any) -> int:
     functional, inplace = exir_ops.edge.aten.index_put.default, exir_ops.edge.aten.index_put_.default
     graph_module, mutable = program.graph_module, _mutable_inputs(program)
     order = {node: i for i, node in enumerate(graph_module.graph.nodes)}
-    changed = 0
+    updated = []
     for node in list(graph_module.graph.nodes):
         if node.op != "call_function" or node.target != functional:
             continue
@@ -90,10 +90,42 @@ def cache_updates_in_place(program: Any) -> int:
         if any(order[user] > order[node] or any(v in str(user.target) for v in _VIEW_OPS) for user in others):
             continue
         node.target = inplace
-        changed += 1
-    if changed:
+        updated.append(node)
+    reverted = _keep_written_back_outputs_first(program, set(updated), inplace, functional)
+    if updated:
         graph_module.recompile()
-    return changed
+    return len(updated) - reverted
+
+
+def _keep_written_back_outputs_first(program: Any, updated: set[Any], inplace: Any, functional: Any) -> int:
+    """Turn back those of the ``updated`` nodes that would reorder the outputs a caller gets; returns how many.
+
+    ``to_executorch`` writes back each mutated input whose output is not an in-place update of it with a ``copy_``,
+    and moves those write-backs in front of every other output (EXIR's ``_insert_copy``), while the signature keeps
+    the old order. The runtime returns the mutated user inputs first, in that new order (buffers stay inside the
+    program). So an in-place update of a user input is safe only after its last written-back one: a static cache
+    whose layers each hold an integer length (an ``add``, written back) beside keys and values (updated in place)
+    came out with its outputs in another order than its inputs, and the guide's loop fed a length where a key was
+    expected ('Input 4 has unexpected scalar type: expected Float but was Long')."""
+    signature = program.graph_signature
+    output_node = program.graph_module.graph.output_node()
+    args = [
+        a for spec, a in zip(signature.output_specs, output_node.args[0]) if spec.kind.name == "USER_INPUT_MUTATION"
+    ]
+
+    def in_place(arg: Any) -> bool:
+        while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and arg.target == inplace:
+            arg = arg.args[0]
+        return isinstance(arg, torch.fx.Node) and arg.op == "placeholder"
+
+    last_write_back = max((i for i, arg in enumerate(args) if not in_place(arg)), default=-1)
+    reverted = 0
+    for arg in args[:last_write_back]:
+        while isinstance(arg, torch.fx.Node) and arg in updated:
+            arg.target = functional
+            reverted += 1
+            arg = arg.args[0]
+    return reverted
 
 
 EDGE_PASSES: tuple[EdgePass, ...] = (
