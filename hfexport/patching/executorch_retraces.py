@@ -3,8 +3,9 @@
 ``to_edge_transform_and_lower`` retraces a program three times to decompose it (``run_decompositions``: first with
 no table, to functionalise, then with the table that keeps the partitioner's ops, then with the full table for
 what the partitioner refused), and XNNPACK's preprocess runs 17 passes over each partition, most of which end by
-retracing the partition on fake tensors to refresh its metadata. On a tiny Llama those retraces took 9 of the
-export's 16 seconds (``python benchmarks/export_stages.py``, its ``two-pass`` column).
+retracing the partition on fake tensors to refresh its metadata. On a tiny Llama the decomposition retraces and
+XNNPACK's preprocess took 12 of the export's 18 seconds (``python benchmarks/export_stages.py``, its ``two-pass``
+column).
 
 hfexport's ExecuTorch exporter traces once, straight into the functional ATen program decomposed by the first
 table (``decomposition_table``, ``decomposed_trace``); every decomposition retrace then finds nothing left to
