@@ -160,6 +160,15 @@ def bar_plot(out_dir: Path, name: str, title: str, labels: Sequence[str], series
     return path
 
 
+def zoo_sample(name: str) -> tuple[Any, dict[str, Any]]:
+    """(the conformance zoo entry's seeded model, its sample inputs)."""
+    from conformance.zoo import get
+
+    entry = get(name)
+    model = entry.model()
+    return model, entry.sample_inputs(model)
+
+
 def quiet_logs() -> None:
     """Benchmarks print their own table; library warnings would bury it."""
     import logging

@@ -59,11 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT)
     args = parser.parse_args(argv)
     _common.quiet_logs()
-    from conformance.zoo import get
-
-    entry = get(args.model)
-    model = entry.model()
-    inputs = entry.sample_inputs(model)
+    model, inputs = _common.zoo_sample(args.model)
     results = {}
     for impl, factory in (("hfexport", export_time.hfexport_export), ("peer", export_time.peer_export)):
         print(f"profiling {impl} ...", file=sys.stderr, flush=True)
