@@ -92,15 +92,18 @@ def run(manager, inputs):
 
 
 def retraces_run(monkeypatch):
-    """Records each decomposition retrace that runs: installed under the skipping patch (the lowering wraps the
-    attribute it finds), so it sees only the calls the skip let through."""
+    """Records each decomposition retrace that runs, as (dialect, the program's user inputs): installed under the
+    skipping patch (the lowering wraps the attribute it finds), so it sees only the calls the skip let through.
+    The inputs tell the exported model's retraces from EXIR's own: the first lowering in a process also exports
+    XNNPACK's pattern graphs (attention, bilinear upsampling) once, and decomposes them."""
     from torch.export import ExportedProgram
 
     ran = []
     original = ExportedProgram.run_decompositions
 
     def counted(self, *args, **kwargs):
-        ran.append(self.verifier.dialect)
+        inputs = [s.arg.name for s in self.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        ran.append((self.verifier.dialect, inputs))
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(ExportedProgram, "run_decompositions", counted)
@@ -173,7 +176,7 @@ def test_after_the_one_trace_the_lowering_retraces_nothing(monkeypatch):
     ran = retraces_run(monkeypatch)
     model, inputs = sample("llama")
     ExecutorchExporter().export(model, inputs, CONFIG)
-    assert ran == []
+    assert [r for r in ran if "input_ids" in r[1]] == []
 
 
 def test_a_one_trace_without_the_table_is_told_apart_and_still_lowers_right(monkeypatch):
@@ -182,7 +185,7 @@ def test_a_one_trace_without_the_table_is_told_apart_and_still_lowers_right(monk
     ran = retraces_run(monkeypatch)
     model, inputs = sample("llama")
     manager = TracesWithoutTheTable().export(model, inputs, CONFIG)
-    assert ran, "the lowering skipped its decompositions of a program that still called the table's ops"
+    assert [r for r in ran if "input_ids" in r[1]], "the lowering skipped decomposing a program that needed it"
     torch.testing.assert_close(run(manager, inputs)[0], eager(model, inputs).logits, atol=1e-4, rtol=1e-4)
 
 
@@ -276,5 +279,5 @@ def test_a_model_the_one_trace_refuses_is_lowered_from_the_training_ir(monkeypat
     ran = retraces_run(monkeypatch)
     model, inputs = sample("refused_linear")
     manager = ExecutorchExporter().export(model, inputs, CONFIG)
-    assert "TRAINING" in ran
+    assert ("TRAINING", ["x", "w"]) in ran
     torch.testing.assert_close(run(manager, inputs)[0], eager(model, inputs), atol=1e-5, rtol=1e-5)
