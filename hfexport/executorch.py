@@ -152,13 +152,13 @@ class ExecutorchExporter(DynamoExporter):
         try:
             return super()._export(model, graph_inputs, dynamic_shapes, config)
         except HfExportError as exc:
-            untied = DynamoExporter.dynamic_shapes_for(self, graph_inputs, config)
-            if "Constraints violated (batch)" not in str(exc) or not shapes.ties_batch(dynamic_shapes):
+            if f"Constraints violated ({shapes.TIED_BATCH})" not in str(exc) or not shapes.ties_batch(dynamic_shapes):
                 raise
             logger.info(
                 "the trace of %s pinned the tied batch axis; tracing with every axis free", type(model).__name__
             )
             restore_model(model, snapshot)
+        untied = DynamoExporter.dynamic_shapes_for(self, graph_inputs, config)
         return super()._export(model, graph_inputs, untied, config)
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:

@@ -90,10 +90,16 @@ def _registry(opset: int, translations: tuple[tuple[Any, Any], ...]) -> Any:
     return registry
 
 
+def _translations_key(opset: int) -> tuple[int, tuple[tuple[Any, Any], ...]]:
+    """(opset, at least ``MIN_OPSET``; hfexport's translations as registered now): what the registry and the
+    decomposition table are cached by. Read at call time: ``benchmarks/profile_ort_step.py`` swaps translations."""
+    opset = max(opset, MIN_OPSET)
+    return opset, tuple(onnx_fixes.translation_table(opset).items())
+
+
 def registry_for(opset: int) -> Any:
     """torchlib's registry with hfexport's translations as registered now, for ``opset`` (at least ``MIN_OPSET``)."""
-    opset = max(opset, MIN_OPSET)
-    return _registry(opset, tuple(onnx_fixes.translation_table(opset).items()))
+    return _registry(*_translations_key(opset))
 
 
 @functools.lru_cache(maxsize=8)
@@ -133,8 +139,7 @@ class OnnxExporter(DynamoExporter):
     @staticmethod
     def decomposition_table(config: Any) -> Any:
         """The split ONNX decomposition table for ``config``'s opset (``decomposed_trace.split_table``)."""
-        opset = max(resolve_opset(config.opset_version), MIN_OPSET)
-        return _decomposition_table(opset, tuple(onnx_fixes.translation_table(opset).items()))  # registry_for's key
+        return _decomposition_table(*_translations_key(resolve_opset(config.opset_version)))
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """One trace straight into the ONNX-decomposed ATen program (``trace_decomposed``): torch.export's

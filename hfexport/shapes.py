@@ -134,6 +134,10 @@ TIED_BATCH_INPUTS = (
 )
 
 
+# The name of the one Dim ``tie_batch_axes`` puts on the token inputs' batch axes (torch's errors name it).
+TIED_BATCH = "batch"
+
+
 def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
     """``spec`` (from ``auto_dynamic_shapes``) with one named ``batch`` Dim on the batch axis of every
     ``TIED_BATCH_INPUTS`` tensor whose sample batch equals ``input_ids``' (or the first such input's)."""
@@ -144,7 +148,7 @@ def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, An
         return spec
     first = next(iter(axes))
     size = tensors[first].shape[axes[first]]
-    batch = Dim("batch")
+    batch = Dim(TIED_BATCH)
     out = dict(spec)
     for name, axis in axes.items():
         if tensors[name].shape[axis] == size:
@@ -157,7 +161,7 @@ def ties_batch(spec: Any) -> bool:
     if not isinstance(spec, dict):
         return False
     return any(
-        getattr(d, "__name__", None) == "batch"
+        getattr(d, "__name__", None) == TIED_BATCH
         for axes in spec.values()
         if isinstance(axes, dict)
         for d in axes.values()
