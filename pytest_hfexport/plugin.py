@@ -1,7 +1,7 @@
 """pytest_hfexport's hooks, in one place; each delegates to the module that does the work:
 ``settings`` (options, markers, the validated settings), ``worker_threads`` (torch threads per xdist worker),
-``selection`` (the backend axis, report keys, known failures, version markers), ``fixtures`` and ``reporting``
-(rows, matrix, baseline gate).
+``selection`` (the backend axis, report keys, known failures, version markers), ``fixtures``, ``reporting``
+(rows, matrix, baseline gate) and ``xdist_groups`` (``--dist loadgroup`` that keeps each group on one worker).
 
 Loading it stays cheap: nothing here imports torch, onnx or executorch (an xdist worker, which imports them to
 run its tests anyway, sets torch's thread count at configure time).
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import reporting, selection, settings, worker_threads
+from . import reporting, selection, settings, worker_threads, xdist_groups
 from .fixtures import (  # noqa: F401  (fixtures are found by name in this module)
     assert_exportable,
     export_and_compare,
@@ -34,6 +34,7 @@ RECORDER = reporting.RECORDER
 def pytest_configure(config: pytest.Config) -> None:
     for line in settings.MARKERS:
         config.addinivalue_line("markers", line)
+    xdist_groups.register(config)
     if config.option.help:
         return
     config.stash[SETTINGS] = settings.read_settings(config)
