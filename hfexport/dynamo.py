@@ -104,12 +104,16 @@ def split_inputs(sample_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict
 
 
 # The positional layout a caller of a backend without input names (an ExecuTorch method) is written against:
-# token ids, mask, positions, then the cache; every other input keeps its place after them.
-GUIDE_INPUT_ORDER = ("input_ids", "decoder_input_ids", "attention_mask", "position_ids", "past_key_values")
+# the decode loop's token ids, mask, positions, then the cache; every other input keeps the caller's order after
+# them. An encoder-decoder's ``decoder_input_ids`` is one of "the rest": ahead of the mask it would reorder a plain
+# export's (input_ids, attention_mask, decoder_input_ids), and ahead of ``input_features`` or ``pixel_values`` a
+# speech or vision encoder-decoder's, against the caller's order that a positional caller passes.
+GUIDE_INPUT_ORDER = ("input_ids", "attention_mask", "position_ids", "past_key_values")
 
 
 def _in_guide_order(graph: dict[str, Any]) -> dict[str, Any]:
-    """``graph`` with the guide's inputs first, in the guide's order (a generate() call passes them in another)."""
+    """``graph`` with the guide's inputs first, in the guide's order (a generate() call passes them in another),
+    the others in the caller's order."""
     first = [name for name in GUIDE_INPUT_ORDER if name in graph]
     return {**{name: graph[name] for name in first}, **graph}
 

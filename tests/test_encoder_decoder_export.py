@@ -112,3 +112,22 @@ def test_t5_program_runs_with_grad_enabled():
     program = DynamoExporter().export(model, entry.sample_inputs(model), DynamoConfig(dynamic=True))
     inputs = entry.input_sets(model, ("other",))["other"]
     assert_matches(eager(model, inputs), program.module()(**inputs), "dynamo", tolerance=1e-4)
+
+
+@pytest.mark.parametrize(
+    "name, order",
+    [
+        ("t5", ["input_ids", "attention_mask", "decoder_input_ids"]),
+        ("whisper", ["input_features", "decoder_input_ids"]),
+        ("vision_encoder_decoder", ["pixel_values", "decoder_input_ids"]),
+    ],
+)
+def test_plain_export_takes_the_inputs_in_the_callers_order(name, order):
+    """A positional caller (an ExecuTorch method has no input names) passes an encoder-decoder's tensors in the
+    order it holds them; only the decode loop's inputs (ids, mask, positions, cache) are moved first. Putting
+    ``decoder_input_ids`` among those sent t5's mask into its decoder ids when run positionally."""
+    entry, model = zoo_model(name)
+    inputs = entry.sample_inputs(model)
+    assert [k for k, v in inputs.items() if isinstance(v, torch.Tensor)] == order
+    program = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+    assert [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"] == order
