@@ -45,6 +45,11 @@ COUNTERS_FROM_TENSORS = {
 }
 # Any other Python-int attribute is part of the spec, except when tracing made it a symbol (a token
 # count in a returned cache): then it is a leaf, a symbolic int output of the graph.
+# Attributes of a cache class (or a subclass) that come first, in the model's own order: the rest follow sorted
+# by name (a copy may reorder ``__dict__``). Tensors leave a program in this order, and a positional caller (an
+# ExecuTorch method's outputs carry no names) reads them in the model's order, where sorting would reverse it: an
+# EncoderDecoderCache holds its self-attention cache before its cross-attention one.
+ATTRIBUTES_FIRST = {"EncoderDecoderCache": ("self_attention_cache", "cross_attention_cache")}
 # Attributes that never travel (runtime-only handles, and the record of recomputed counters).
 _RECOMPUTED = "_hfexport_recomputed_counters"
 SKIPPED_ATTRIBUTES = {"prefetch_stream", _RECOMPUTED}
@@ -102,7 +107,7 @@ def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str, names: lis
         getattr(obj, "values", None), torch.Tensor
     )
     derived = []
-    for name, value in sorted(vars(obj).items()):  # sorted: a copy or unpickle may reorder __dict__
+    for name, value in sorted(vars(obj).items(), key=_attribute_order(type(obj))):
         if name in SKIPPED_ATTRIBUTES:
             continue
         if derivable and (name in DERIVED_FROM_TENSORS or _restated_counter(obj, name, value)):
@@ -110,6 +115,12 @@ def _encode_object(obj: Any, tensors: list[torch.Tensor], where: str, names: lis
             continue
         attrs[name] = _encode(value, tensors, f"{where}.{name}", names)
     return {"__object__": _class_path(type(obj)), "derived": sorted(derived), "attrs": attrs}
+
+
+def _attribute_order(cls: type) -> Any:
+    """Sort key over ``(name, value)`` items: ``ATTRIBUTES_FIRST``'s names in its order, then by name."""
+    first = next((ATTRIBUTES_FIRST[c.__name__] for c in cls.__mro__ if c.__name__ in ATTRIBUTES_FIRST), ())
+    return lambda item: (first.index(item[0]) if item[0] in first else len(first), item[0])
 
 
 def _restated_counter(obj: Any, name: str, value: Any) -> bool:

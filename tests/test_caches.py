@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from hfexport import DynamoConfig, DynamoExporter
-from hfexport.caches import flatten_cache, unflatten_cache
+from hfexport.caches import flatten_cache, named_cache_tensors, unflatten_cache
 
 from helpers import eager, zoo_model
 
@@ -35,6 +35,23 @@ def test_flatten_round_trip_keeps_structure():
     # shape facts are recomputed from the tensors, never frozen into the spec
     assert "max_cache_len" not in layer["attrs"] and "batch_size" not in layer["attrs"]
     assert "max_cache_len" in layer["derived"]
+
+
+def test_encoder_decoder_cache_flattens_in_the_models_order():
+    """The program's tensors leave it in pytree order, and an ExecuTorch caller reads them positionally: the
+    self-attention cache comes before the cross-attention one, as the model holds them (by name it would not)."""
+    cache = transformers.EncoderDecoderCache(transformers.DynamicCache(), transformers.DynamicCache())
+    for sub in (cache.self_attention_cache, cache.cross_attention_cache):
+        sub.update(torch.zeros(1, 2, 3, 4), torch.ones(1, 2, 3, 4), 0)
+    names = list(named_cache_tensors(cache))
+    assert names == [
+        "past_key_values.self_attention_cache.layers.0.keys",
+        "past_key_values.self_attention_cache.layers.0.values",
+        "past_key_values.cross_attention_cache.layers.0.keys",
+        "past_key_values.cross_attention_cache.layers.0.values",
+    ]
+    rebuilt = unflatten_cache(*flatten_cache(cache))
+    assert torch.equal(rebuilt.cross_attention_cache.layers[0].values, cache.cross_attention_cache.layers[0].values)
 
 
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
