@@ -170,33 +170,27 @@ def static_options() -> dict[str, Any]:
 
 # The default tier's coverage, in one table: (check, backend) -> entries kept in the default tier; an absent
 # key keeps every entry, the rest carry ``hfexport_slow`` (run them with -m "" or -m hfexport_slow).
-# ExecuTorch lowering costs 15-40 s per graph on 2 cores, so the default tier keeps a representative few there.
-_ET_DEFAULT = {"llama", "bert", "vit"}
+# Every backend runs every entry's plain export and shapes (one export per entry serves them all). The checks that
+# export again (generation components, static cache, multi-token decode) keep a few entries of each kind; on
+# ExecuTorch, whose lowering costs 7-35 s per graph on 2 cores, fewer: a decoder and an encoder-decoder for the
+# generation components, the decoder for the static cache (docs/performance.md, "The default tier on ExecuTorch").
+STATIC_CACHE_ENTRIES = {"llama", "qwen2", "gemma3", "mistral_sliding", "qwen3_moe", "gpt2"}
+_ET_GENERATION = {"llama", "t5"}
 DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
-    **{(check, "executorch"): _ET_DEFAULT for check in ("export", "export_batch", "shapes")},
     **{
-        (check, "executorch"): {"llama"}
-        for check in (
-            "generation",
-            "generation_batch",
-            "generation_tokens",
-            "static_cache",
-            "static_cache_batch",
-            "static_cache_in_place",
-        )
+        (check, backend): STATIC_CACHE_ENTRIES
+        for backend in ("dynamo", "onnx")
+        for check in ("static_cache", "static_cache_batch", "static_cache_in_place")
     },
-    **{(check, "executorch"): set() for check in ("multi_token_decode", "multi_token_decode_batch")},
-    ("hygiene", "executorch"): {"llama", "qwen2_vl"},
     **{
         (check, backend): {"llama", "gemma3", "qwen3_moe", "t5", "mamba"}
         for backend in ("dynamo", "onnx")
         for check in ("multi_token_decode", "multi_token_decode_batch")
     },
-    **{
-        (check, backend): {"llama", "qwen2", "gemma3", "mistral_sliding", "qwen3_moe", "gpt2"}
-        for backend in ("dynamo", "onnx")
-        for check in ("static_cache", "static_cache_batch", "static_cache_in_place")
-    },
+    **{(check, "executorch"): _ET_GENERATION for check in ("generation", "generation_batch", "generation_tokens")},
+    **{(check, "executorch"): {"llama"} for check in ("static_cache", "static_cache_batch", "static_cache_in_place")},
+    **{(check, "executorch"): set() for check in ("multi_token_decode", "multi_token_decode_batch")},
+    ("hygiene", "executorch"): {"llama", "qwen2_vl"},
 }
 
 
