@@ -150,10 +150,14 @@ def main(argv: list[str] | None = None) -> int:
 
     for r in rows:
         r["min_tokens_per_s"], r["max_tokens_per_s"] = (min(r["runs"]), max(r["runs"])) if r.get("runs") else (None,) * 2
-    print(_common.table(["runner", "tokens/s", "min", "max", "x eager", "prefill ms", "export s",
+        # (max - min) / median over the timed runs: a loop's own variance shows as a spread wider than eager's,
+        # which runs on the same machine in the same minutes.
+        r["spread"] = (r["max_tokens_per_s"] - r["min_tokens_per_s"]) / r["tokens_per_s"] if r.get("runs") else None
+    print(_common.table(["runner", "tokens/s", "min", "max", "spread", "x eager", "prefill ms", "export s",
                          "export peak RSS MiB", "tokens = eager", "status"],
                         [[r["runner"], r.get("tokens_per_s"), r.get("min_tokens_per_s"), r.get("max_tokens_per_s"),
-                          r.get("speedup_vs_eager"), r.get("prefill_ms"), r.get("export_s"), r.get("export_peak_mib"),
+                          r.get("spread"), r.get("speedup_vs_eager"), r.get("prefill_ms"), r.get("export_s"),
+                          r.get("export_peak_mib"),
                           r.get("tokens_match_eager"), r["status"][:90]] for r in rows]))
     payload = {"model": {"arch": "llama", "hidden": args.hidden, "layers": args.layers, "vocab": 1024,
                          "cache": args.cache}, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
