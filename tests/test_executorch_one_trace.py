@@ -7,7 +7,8 @@ sides go through the same hfexport stages otherwise. The programs must have the 
 byte-identical XNNPACK delegates, the same input writes, and the same outputs when run.
 
 Faults, each made to fail a check here: a one trace without the table (the lowering then retraces again), a
-decomposition skip that ignores what the program calls, and a metadata-retrace skip that ignores a rewrite."""
+decomposition skip that ignores what the program calls, a metadata-retrace skip that ignores a rewrite, and a
+dim-order skip that ignores a tensor the portable kernel needs copied to the default dim order."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class TracesWithoutTheTable(ExecutorchExporter):
 def without_skips(monkeypatch):
     """Take the retrace-skipping patches out of the lowering set for the test."""
     kept = [p for p in PATCHES[LOWERING] if p.factory.__module__ != executorch_retraces.__name__]
-    assert len(kept) == len(PATCHES[LOWERING]) - 3
+    assert len(kept) == len(PATCHES[LOWERING]) - 4
     monkeypatch.setitem(PATCHES, LOWERING, kept)
 
 
@@ -281,3 +282,66 @@ def test_a_model_the_one_trace_refuses_is_lowered_from_the_training_ir(monkeypat
     manager = ExecutorchExporter().export(model, inputs, CONFIG)
     assert ("TRAINING", ["x", "w"]) in ran
     torch.testing.assert_close(run(manager, inputs)[0], eager(model, inputs), atol=1e-5, rtol=1e-5)
+
+
+class ChannelsLastMean(torch.nn.Module):
+    """A mean over a channels-last tensor: the portable mean kernel needs the default dim order, so
+    ``to_executorch``'s ``LegalizePortableDimOrderPass`` inserts a copy to it; its skip must not be taken here."""
+
+    def forward(self, x):
+        return x.to(memory_format=torch.channels_last).mean(dim=1)
+
+
+PORTABLE = ExecutorchConfig(dynamic=False, backend="portable")
+
+
+def dim_order_copies(manager):
+    module = manager.exported_program("forward").graph_module
+    return sum(n.op == "call_function" and "_to_dim_order_copy" in str(n.target) for n in module.graph.nodes)
+
+
+def recorded_dim_order_decisions(monkeypatch):
+    decisions = []
+    original = executorch_retraces.needs_dim_order_legalizing
+
+    def recorded(graph_module, target_ops):
+        decisions.append(original(graph_module, target_ops))
+        return decisions[-1]
+
+    monkeypatch.setattr(executorch_retraces, "needs_dim_order_legalizing", recorded)
+    return decisions
+
+
+def test_the_dim_order_skip_is_taken_only_where_nothing_needs_legalizing(monkeypatch):
+    decisions = recorded_dim_order_decisions(monkeypatch)
+    model, inputs = sample("llama")
+    ExecutorchExporter().export(model, inputs, CONFIG)
+    assert decisions == [False], "llama's means all read default-order tensors: the pass's retrace is skipped"
+
+    decisions.clear()
+    model, inputs = ChannelsLastMean(), {"x": torch.randn(2, 3, 4, 5)}
+    ours = ExecutorchExporter().export(model, inputs, PORTABLE)
+    assert decisions == [True]
+    without_skips(monkeypatch)
+    reference = ExecutorchExporter().export(model, inputs, PORTABLE)
+    assert dim_order_copies(ours) == dim_order_copies(reference)  # the legalizing copy among them
+    assert lowered(ours) == lowered(reference)
+    torch.testing.assert_close(run(ours, inputs)[0], eager(model, inputs), atol=1e-6, rtol=1e-6)
+
+
+def skips_every_legalizing(original):
+    """Fault: skips the dim-order pass whatever the graph holds."""
+
+    def call(self, graph_module):
+        from torch.fx.passes.infra.pass_base import PassResult
+
+        return PassResult(graph_module, False)
+
+    return call
+
+
+def test_a_dim_order_skip_that_ignores_the_dim_order_is_told_apart(monkeypatch):
+    model, inputs = ChannelsLastMean(), {"x": torch.randn(2, 3, 4, 5)}
+    expected = dim_order_copies(ExecutorchExporter().export(model, inputs, PORTABLE))
+    replace_skip(monkeypatch, "_legalize_dim_order_when_needed", skips_every_legalizing)
+    assert dim_order_copies(ExecutorchExporter().export(model, inputs, PORTABLE)) == expected - 1  # no legalizing copy

@@ -17,6 +17,10 @@ do. Two patches skip a retrace only where it would record the graph it was given
   hooks, such as ``call_operator``), and whose own rewrite left the partition's graph as it was, skips the
   retrace.
 
+A third skips ``to_executorch``'s ``LegalizePortableDimOrderPass`` where every op it would legalize already has a
+default dim order input: its retrace then only refreshes metadata, and ``SpecPropPass``, next in the list,
+retraces for that anyway.
+
 ``tests/test_executorch_one_trace.py`` checks that the lowered programs are the ones EXIR gives without the one
 trace and the skips (same ops, same delegate graphs), and that the XNNPACK skip leaves every delegate's bytes as
 they were.
@@ -159,6 +163,47 @@ register_patch(
     reason="with the graph recorded above unchanged, the metadata retrace of an XNNPACK pass gives the graph it "
     "was given; skipped. Passes no start was recorded for retrace as before.",
 )(_retrace_only_a_changed_graph)
+
+
+def needs_dim_order_legalizing(graph_module: torch.fx.GraphModule, target_ops: Any) -> bool:
+    """Whether EXIR's ``LegalizePortableDimOrderPass`` would rewrite ``graph_module``: a node (in any graph of it)
+    calls one of its ``target_ops`` on a tensor whose dim order is not the default one, or on an input whose
+    metadata does not tell (then it may, and the pass runs)."""
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op != "call_function" or node.target not in target_ops or not node.args:
+                continue
+            source = node.args[0]
+            value = source.meta.get("val") if isinstance(source, torch.fx.Node) else source
+            if not isinstance(value, torch.Tensor):
+                return True
+            if tuple(int(d) for d in value.dim_order()) != tuple(range(value.dim())):
+                return True
+    return False
+
+
+def _legalize_dim_order_when_needed(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
+        if not needs_dim_order_legalizing(graph_module, type(self)._target_ops):
+            from torch.fx.passes.infra.pass_base import PassResult
+
+            logger.debug("LegalizePortableDimOrderPass skipped: every target op's input has the default dim order")
+            return PassResult(graph_module, False)
+        return original(self, graph_module)
+
+    return call
+
+
+register_patch(
+    LOWERING,
+    "executorch.exir.passes.legalize_portable_dim_order_pass.LegalizePortableDimOrderPass.call",
+    reason="to_executorch runs this pass right before SpecPropPass, and it retraces the whole graph even when no "
+    "op it legalizes has a non-default dim order input; then its retrace only refreshes metadata, which "
+    "SpecPropPass's own retrace does next. Skipped in that case. Drop when the pass skips its retrace itself.",
+)(_legalize_dim_order_when_needed)
 
 
 @functools.cache
