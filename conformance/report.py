@@ -44,7 +44,8 @@ def _table(head: list[str], body: list[list[str]], markdown: bool) -> list[str]:
 
 
 def totals(data: dict[str, Any]) -> str:
-    """Tests per status and model x backend x check cells per counted status, and the wall time."""
+    """Tests per status, model x backend x check cells per counted status, the wall time and the test-seconds
+    per backend (each test's own time summed: the work a run did, whatever the workers' overlap)."""
     rows = data.get("rows", [])
     tests = ", ".join(f"{n} {s}" for s, n in data.get("summary", {}).items() if n)
     fold = {"error": "fail", "xpass": "fail", "skip": "unsupported"}
@@ -53,10 +54,14 @@ def totals(data: dict[str, Any]) -> str:
         cells[fold.get(status, status)] += 1
     wall = data.get("wall_s")
     wall_text = "{} min {} s".format(*divmod(round(wall), 60)) if isinstance(wall, (int, float)) else "not recorded"
+    seconds: dict[str, float] = {}
+    for row in rows:
+        seconds[row["backend"]] = seconds.get(row["backend"], 0.0) + (row.get("seconds") or 0.0)
+    spent = ", ".join(f"{backend} {round(s)}" for backend, s in sorted(seconds.items()))
     return (
         f"tests: {tests or 'none'}; cells (model x backend x check): "
         + ", ".join(f"{n} {s}" for s, n in cells.items())
-        + f"; wall time {wall_text}"
+        + f"; wall time {wall_text}; test-seconds {round(sum(seconds.values()))} ({spent or 'none'})"
     )
 
 

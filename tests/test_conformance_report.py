@@ -43,5 +43,13 @@ def test_later_runs_replace_the_rows_of_the_tests_they_ran(tmp_path, capsys):
 def test_wall_time_rounds_into_the_next_minute():
     from conformance.report import totals
 
-    assert totals({"wall_s": 359.6}).endswith("wall time 6 min 0 s")  # not "5 min 60 s"
-    assert totals({"wall_s": 1117.9}).endswith("wall time 18 min 38 s")
+    assert "wall time 6 min 0 s;" in totals({"wall_s": 359.6})  # not "5 min 60 s"
+
+
+def test_totals_sum_each_backend_s_test_seconds():
+    from conformance.report import totals
+
+    rows = [{"model": "m", "check": "export", "backend": b, "status": "pass", "seconds": s}
+            for b, s in [("onnx", 1.4), ("dynamo", 2.0), ("onnx", 0.3)]]
+    assert totals({"rows": rows}).endswith("test-seconds 4 (dynamo 2, onnx 2)")
+    assert "wall time 18 min 38 s;" in totals({"wall_s": 1117.9})
