@@ -20,7 +20,6 @@ own scheduler back.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -45,12 +44,6 @@ def groups_of(items: list[pytest.Item]) -> dict[str, str]:
         if names:
             groups[item.nodeid] = "_".join(sorted(names))
     return groups
-
-
-def write_atomically(path: Path, groups: dict[str, str]) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(groups))
-    os.replace(partial, path)
 
 
 def read_groups(directory: Path) -> dict[str, str]:
@@ -102,8 +95,8 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     workerinput = getattr(config, "workerinput", {})
     folder = workerinput.get(WORKER_INPUT_KEY)
-    if folder:
-        write_atomically(Path(folder) / f"{workerinput['workerid']}.json", groups_of(items))
+    if folder:  # read by the controller only once this worker has reported its collection: a plain write serves
+        (Path(folder) / f"{workerinput['workerid']}.json").write_text(json.dumps(groups_of(items)))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

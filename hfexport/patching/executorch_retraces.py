@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -56,14 +56,16 @@ def _size_reads() -> set[Any]:
     return found
 
 
-def calls_any(graph_module: torch.fx.GraphModule, table: Any) -> list[str]:
-    """The ops of ``table`` that a node of ``graph_module`` (or of a submodule's graph) calls, size reads aside."""
-    ops = set(table.keys()) - _size_reads()
-    found: set[str] = set()
+def _calls(graph_module: torch.fx.GraphModule, ops: Any) -> Iterator[torch.fx.Node]:
+    """The nodes of ``graph_module`` and of its submodules' graphs that call one of ``ops``."""
     for module in graph_module.modules():
         if isinstance(module, torch.fx.GraphModule):
-            found.update(str(n.target) for n in module.graph.nodes if n.op == "call_function" and n.target in ops)
-    return sorted(found)
+            yield from (n for n in module.graph.nodes if n.op == "call_function" and n.target in ops)
+
+
+def calls_any(graph_module: torch.fx.GraphModule, table: Any) -> list[str]:
+    """The ops of ``table`` that a node of ``graph_module`` (or of a submodule's graph) calls, size reads aside."""
+    return sorted({str(n.target) for n in _calls(graph_module, set(table.keys()) - _size_reads())})
 
 
 def _materialised(table: Any) -> dict[Any, Callable]:
@@ -169,18 +171,11 @@ def needs_dim_order_legalizing(graph_module: torch.fx.GraphModule, target_ops: A
     """Whether EXIR's ``LegalizePortableDimOrderPass`` would rewrite ``graph_module``: a node (in any graph of it)
     calls one of its ``target_ops`` on a tensor whose dim order is not the default one, or on an input whose
     metadata does not tell (then it may, and the pass runs)."""
-    for module in graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            if node.op != "call_function" or node.target not in target_ops or not node.args:
-                continue
-            source = node.args[0]
-            value = source.meta.get("val") if isinstance(source, torch.fx.Node) else source
-            if not isinstance(value, torch.Tensor):
-                return True
-            if tuple(int(d) for d in value.dim_order()) != tuple(range(value.dim())):
-                return True
+    for node in _calls(graph_module, target_ops):
+        source = node.args[0] if node.args else None
+        value = source.meta.get("val") if isinstance(source, torch.fx.Node) else source
+        if not isinstance(value, torch.Tensor) or tuple(int(d) for d in value.dim_order()) != tuple(range(value.dim())):
+            return True
     return False
 
 
