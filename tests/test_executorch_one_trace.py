@@ -48,7 +48,7 @@ class TracesWithoutTheTable(ExecutorchExporter):
 def without_skips(monkeypatch):
     """Take the retrace-skipping patches out of the lowering set for the test."""
     kept = [p for p in PATCHES[LOWERING] if p.factory.__module__ != executorch_retraces.__name__]
-    assert len(kept) == len(PATCHES[LOWERING]) - 4
+    assert len(kept) == len(PATCHES[LOWERING]) - 5
     monkeypatch.setitem(PATCHES, LOWERING, kept)
 
 

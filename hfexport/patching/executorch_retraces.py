@@ -17,9 +17,11 @@ do. Two patches skip a retrace only where it would record the graph it was given
   hooks, such as ``call_operator``), and whose own rewrite left the partition's graph as it was, skips the
   retrace.
 
-A third skips ``to_executorch``'s ``LegalizePortableDimOrderPass`` where every op it would legalize already has a
-default dim order input: its retrace then only refreshes metadata, and ``SpecPropPass``, next in the list,
-retraces for that anyway.
+A third skips the retrace of an ATen-to-edge pass (``to_edge``) that finds nothing it rewrites in the graph
+(``edge_pass_triggers``; ``tests/test_executorch_edge_skips.py`` holds each trigger against its pass). A fourth
+skips ``to_executorch``'s ``LegalizePortableDimOrderPass`` where every op it would legalize already has a default
+dim order input: its retrace then only refreshes metadata, and ``SpecPropPass``, next in the list, retraces for
+that anyway.
 
 ``tests/test_executorch_one_trace.py`` checks that the lowered programs are the ones EXIR gives without the one
 trace and the skips (same ops, same delegate graphs), and that the XNNPACK skip leaves every delegate's bytes as
@@ -35,6 +37,7 @@ from typing import Any
 
 import torch
 
+from . import edge_pass_triggers
 from .executorch_fixes import LOWERING
 from .registry import register_patch
 
@@ -165,6 +168,28 @@ register_patch(
     reason="with the graph recorded above unchanged, the metadata retrace of an XNNPACK pass gives the graph it "
     "was given; skipped. Passes no start was recorded for retrace as before.",
 )(_retrace_only_a_changed_graph)
+
+
+def _retrace_only_what_an_edge_pass_rewrites(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
+        if edge_pass_triggers.rewrites_nothing(self, graph_module):
+            from torch.fx.passes.infra.pass_base import PassResult
+
+            logger.debug("%s skipped: nothing in the graph it rewrites", type(self).__name__)
+            return PassResult(graph_module, False)
+        return original(self, graph_module)
+
+    return call
+
+
+register_patch(
+    LOWERING,
+    "executorch.exir.pass_base.ExportPass.call",
+    reason="to_edge retraces the whole program once per ATen-to-edge pass, and most of them find no op they "
+    "rewrite (edge_pass_triggers reads that from the graph); their retrace then records the graph it was given. "
+    "Skipped in that case. Drop when EXIR's passes skip such retraces themselves.",
+)(_retrace_only_what_an_edge_pass_rewrites)
 
 
 def needs_dim_order_legalizing(graph_module: torch.fx.GraphModule, target_ops: Any) -> bool:
