@@ -273,22 +273,36 @@ class DynamoExporter(HfExporter):
         """``program`` unless its batch-1 trace pinned the batch of plain tensor inputs; then the program traced
         from batch 2 and opened to batch 1, once it matches the eager model at the sample (``batch_retrace``)."""
         names = batch_retrace.pinned_batch_inputs(program)
-        plain = all(isinstance(v, torch.Tensor) for v in graph_inputs.values())  # a cache would be advanced
-        if not names or not plain or not batch_retrace.batch_one_sample(graph_inputs, names):
+        if not names or not self.batch_two_can_open(graph_inputs, names):
             return program
+        opened = self.trace_from_batch_two(model, graph_inputs, names, shapes.auto_dynamic_shapes, config)
+        return program if opened is None else opened
+
+    @staticmethod
+    def batch_two_can_open(graph_inputs: dict[str, Any], names: list[str]) -> bool:
+        """Every graph input is a plain tensor (a cache would be advanced by the eager comparison) and every input
+        in ``names`` has batch 1."""
+        plain = all(isinstance(v, torch.Tensor) for v in graph_inputs.values())
+        return plain and batch_retrace.batch_one_sample(graph_inputs, names)
+
+    def trace_from_batch_two(
+        self, model: Any, graph_inputs: dict[str, Any], names: list[str], shapes_of: Any, config: DynamoConfig
+    ) -> Any:
+        """The program traced from ``graph_inputs`` widened to batch 2 (``shapes_of(wide)`` its dynamic shapes)
+        and opened to batch 1 on ``names``, or None, with a warning, where a step fails or it differs from eager."""
         wide = shapes.widen_batch(graph_inputs)
         try:
-            retraced = self._export(model, wide, shapes.auto_dynamic_shapes(wide), config)
+            retraced = self._export(model, wide, shapes_of(wide), config)
         except HfExportError as exc:
             logger.warning("the batch of %s stays pinned to 1: the batch-2 retrace failed (%s)", ", ".join(names), exc)
-            return program
+            return None
         dropped = batch_retrace.accept_batch_one(retraced, names, graph_inputs)
         mismatch = batch_retrace.differs_from_eager(model, retraced, graph_inputs)
         if mismatch or batch_retrace.pinned_batch_inputs(retraced):
             logger.warning(
                 "the batch of %s stays pinned to 1: the batch-2 program %s", ", ".join(names), mismatch or "pins it too"
             )
-            return program
+            return None
         logger.info(
             "batch of %s was pinned at 1 by the trace; traced from batch 2, dropped %s", ", ".join(names), dropped
         )

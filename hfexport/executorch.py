@@ -146,20 +146,31 @@ class ExecutorchExporter(DynamoExporter):
 
     def _export(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """As Dynamo's; where the trace pins the tied batch symbol (Funnel's batch-1 trace: 'Constraints violated
-        (batch)'), the model is put back and traced again with every axis free, as Dynamo's exporter traces it,
-        so that the batch retrace (``open_pinned_batch``) can open the batch the trace pinned."""
+        (batch)'), the model is put back and traced from batch 2 with the batch still tied, then opened to batch 1
+        (``trace_from_batch_two``); where that fails, traced with every axis free, as Dynamo's exporter traces it,
+        so that ``open_pinned_batch`` can still open the batch the trace pinned."""
         snapshot = snapshot_model(model)
         try:
             return super()._export(model, graph_inputs, dynamic_shapes, config)
         except HfExportError as exc:
             if f"Constraints violated ({shapes.TIED_BATCH})" not in str(exc) or not shapes.ties_batch(dynamic_shapes):
                 raise
-            logger.info(
-                "the trace of %s pinned the tied batch axis; tracing with every axis free", type(model).__name__
-            )
             restore_model(model, snapshot)
+        tied = shapes.tied_batch_inputs(dynamic_shapes)
+        if self.batch_two_can_open(graph_inputs, tied):
+            logger.info("the trace of %s pinned the tied batch axis; tracing from batch 2", type(model).__name__)
+            opened = self.trace_from_batch_two(model, graph_inputs, tied, self._tied_from_two(config), config)
+            if opened is not None:
+                return opened
+            restore_model(model, snapshot)
+        logger.info("the trace of %s pinned the tied batch axis; tracing with every axis free", type(model).__name__)
         untied = DynamoExporter.dynamic_shapes_for(self, graph_inputs, config)
         return super()._export(model, graph_inputs, untied, config)
+
+    def _tied_from_two(self, config: Any) -> Any:
+        """Dynamic shapes for a sample widened to batch 2: the batch tied, from 2 (``accept_batch_one`` lowers it
+        to 1)."""
+        return lambda wide: shapes.tie_batch_axes(DynamoExporter.dynamic_shapes_for(self, wide, config), wide, 2)
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """One trace straight into the ATen program EXIR's lowering would decompose the training-IR program into

@@ -138,9 +138,10 @@ TIED_BATCH_INPUTS = (
 TIED_BATCH = "batch"
 
 
-def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any], minimum: int | None = None) -> dict[str, Any]:
     """``spec`` (from ``auto_dynamic_shapes``) with one named ``batch`` Dim on the batch axis of every
-    ``TIED_BATCH_INPUTS`` tensor whose sample batch equals ``input_ids``' (or the first such input's)."""
+    ``TIED_BATCH_INPUTS`` tensor whose sample batch equals ``input_ids``' (or the first such input's); ``minimum``
+    its lower bound (a trace from batch 2 takes 2: a ``batch != 1`` guard then narrows nothing)."""
     tensors = {n: inputs[n] for n in TIED_BATCH_INPUTS if isinstance(inputs.get(n), torch.Tensor)}
     axes = {n: BATCH_AXES.get(n, {}).get(t.dim(), 0) for n, t in tensors.items() if t.dim() >= 2}
     axes = {n: a for n, a in axes.items() if a is not None and isinstance(spec.get(n), dict) and a in spec[n]}
@@ -148,7 +149,7 @@ def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, An
         return spec
     first = next(iter(axes))
     size = tensors[first].shape[axes[first]]
-    batch = Dim(TIED_BATCH)
+    batch = Dim(TIED_BATCH) if minimum is None else Dim(TIED_BATCH, min=minimum)
     out = dict(spec)
     for name, axis in axes.items():
         if tensors[name].shape[axis] == size:
@@ -156,16 +157,20 @@ def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, An
     return out
 
 
+def tied_batch_inputs(spec: Any) -> list[str]:
+    """The inputs on which ``spec`` has ``tie_batch_axes``' named ``batch`` Dim."""
+    if not isinstance(spec, dict):
+        return []
+    return sorted(
+        name
+        for name, axes in spec.items()
+        if isinstance(axes, dict) and any(getattr(d, "__name__", None) == TIED_BATCH for d in axes.values())
+    )
+
+
 def ties_batch(spec: Any) -> bool:
     """Whether ``spec`` has ``tie_batch_axes``' named ``batch`` Dim on some axis."""
-    if not isinstance(spec, dict):
-        return False
-    return any(
-        getattr(d, "__name__", None) == TIED_BATCH
-        for axes in spec.values()
-        if isinstance(axes, dict)
-        for d in axes.values()
-    )
+    return bool(tied_batch_inputs(spec))
 
 
 def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
