@@ -29,15 +29,15 @@ from helpers import zoo_model  # noqa: E402
 
 
 class Rewritten(torch.nn.Module):
-    """One op for each ATen-to-edge pass with a trigger: a plain transpose, a Python scalar and a symbolic size
-    where the schema takes a tensor, mixed dtypes, a clone (memory format), and a view op."""
+    """One op for each pass with a trigger: a plain transpose, a Python scalar and a symbolic size where the
+    schema takes a tensor, mixed dtypes, a clone (memory format), a view op, and calls on constants."""
 
     def forward(self, x, n):
         y = x.t() * 2.0  # aten.t.default; mul.Tensor(y, 2.0)
         y = y * x.shape[0]  # mul.Tensor(y, sym_size)
         y = y + n  # add.Tensor(float, int64)
         z = y.clone(memory_format=torch.contiguous_format)
-        return torch.ops.aten.alias.default(z).sum(0)
+        return torch.ops.aten.alias.default(z).sum(0) + torch.ones(()) * 2  # calls on constants only
 
 
 def _fingerprint(graph_module):
@@ -103,6 +103,9 @@ def trigger_record(program, triggers):
         module = program.graph_module
         for pass_ in _edge_passes():
             module = run(pass_, module)
+        from executorch.exir.passes.const_prop_pass import ConstPropPass
+
+        run(ConstPropPass(), module)  # XNNPACK's preprocess runs it on each partition, after to_edge
     return record
 
 

@@ -6,6 +6,9 @@ though most rewrite only a few ops, or none: a transpose spelled ``aten.t``, a v
 a Python scalar or a symbolic size passed where the schema takes a tensor, mixed dtypes, a memory-format op. On the
 zoo's programs most of them find nothing to rewrite.
 
+XNNPACK's preprocess runs one more such pass on every partition, ``ConstPropPass``, which folds calls on constants
+and finds none in a partition whose calls all read tensors the program computes.
+
 ``TRIGGERS`` holds, per pass class, a predicate that reads the graph the way the pass's ``call_operator`` reads
 each call: same ops, same schema arguments (``map_args``), same values. It answers True ("may rewrite") whenever it
 cannot tell, so a skip is only ever taken where the pass would have rebuilt the graph it was given. A subclass of a
@@ -149,6 +152,16 @@ def calls_a_memory_format_op(graph_module: torch.fx.GraphModule) -> bool:
     return any(isinstance(n.target, EdgeOpOverload) and n.target in DimOrderOpsMap for n in calls)
 
 
+def may_fold_constants(graph_module: torch.fx.GraphModule) -> bool:
+    """``ConstPropPass`` (run by XNNPACK's preprocess on every partition): folds a call whose arguments are all
+    constants. Any call that reads no node but constant attributes (``get_attr``) may be one."""
+    for node in _operator_calls(graph_module):
+        leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+        if all(not isinstance(leaf, torch.fx.Node) or leaf.op == "get_attr" for leaf in leaves):
+            return True
+    return False
+
+
 # Pass class (module.qualname, matched exactly) -> whether the pass may rewrite the graph.
 TRIGGERS: dict[str, Callable[[torch.fx.GraphModule], bool]] = {
     "executorch.exir.passes.normalize_transpose_pass.NormalizeTransposePass": calls_plain_transpose,
@@ -159,6 +172,7 @@ TRIGGERS: dict[str, Callable[[torch.fx.GraphModule], bool]] = {
     "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass": passes_a_symbol_as_tensor,
     "executorch.exir.passes.remove_mixed_type_operators.RemoveMixedTypeOperators": mixes_dtypes,
     "executorch.exir.passes.memory_format_ops_pass.MemoryFormatOpsPass": calls_a_memory_format_op,
+    "executorch.exir.passes.const_prop_pass.ConstPropPass": may_fold_constants,
 }
 
 
