@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,16 +170,19 @@ def static_options() -> dict[str, Any]:
 
 # The default tier's coverage, in one table: (check, backend) -> entries kept in the default tier; an absent
 # key keeps every entry, the rest carry ``hfexport_slow`` (run them with -m "" or -m hfexport_slow).
-# Every backend runs every entry's plain export and shapes (one export per entry serves them all). The checks that
-# export again (generation components, static cache, multi-token decode) keep a few entries of each kind; on
-# ExecuTorch, whose lowering costs 7-35 s per graph on 2 cores, fewer: a decoder and an encoder-decoder for the
-# generation components, the decoder for the static cache (docs/performance.md, "The default tier on ExecuTorch").
+# Every backend runs every entry's plain export, shapes and generation components and tokens (one export per
+# entry and kind serves all its checks). The static cache keeps the six decoders of STATIC_CACHE_ENTRIES on every
+# backend; multi-token decode keeps five entries on Dynamo and ONNX, none on ExecuTorch, where it runs in the slow
+# tier; ExecuTorch's hygiene checks (uncached exports) keep a decoder and a multimodal model
+# (docs/performance.md, "The default tier on ExecuTorch").
 STATIC_CACHE_ENTRIES = {"llama", "qwen2", "gemma3", "mistral_sliding", "qwen3_moe", "gpt2"}
-_ET_GENERATION = {"llama", "t5"}
+# Backends by the cost of their exports, slowest first: the order their test groups are handed to workers.
+SLOWEST_FIRST = ("executorch", "onnx", "dynamo")
+
 DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
     **{
         (check, backend): STATIC_CACHE_ENTRIES
-        for backend in ("dynamo", "onnx")
+        for backend in ("dynamo", "onnx", "executorch")
         for check in ("static_cache", "static_cache_batch", "static_cache_in_place")
     },
     **{
@@ -187,8 +190,6 @@ DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
         for backend in ("dynamo", "onnx")
         for check in ("multi_token_decode", "multi_token_decode_batch")
     },
-    **{(check, "executorch"): _ET_GENERATION for check in ("generation", "generation_batch", "generation_tokens")},
-    **{(check, "executorch"): {"llama"} for check in ("static_cache", "static_cache_batch", "static_cache_in_place")},
     **{(check, "executorch"): set() for check in ("multi_token_decode", "multi_token_decode_batch")},
     ("hygiene", "executorch"): {"llama", "qwen2_vl"},
 }
@@ -231,10 +232,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kept = DEFAULT_TIER.get((check, backend))
         if kept is not None and model not in kept:
             item.add_marker(pytest.mark.hfexport_slow)
-    # Each group's checks one after another (also without xdist), so the few exports kept loaded serve them all.
+    # Each group's checks one after another (also without xdist), so the few exports kept loaded serve them all;
+    # the costliest groups first (ExecuTorch's exports, then ONNX's; more checks, more exports), so that the last
+    # groups xdist hands out are short and both workers finish together.
     first: dict[str, int] = {}
     for index, item in enumerate(items):
         if id(item) in groups:
             first.setdefault(groups[id(item)], index)
-    position = {id(item): (first.get(groups.get(id(item), ""), index), index) for index, item in enumerate(items)}
-    items.sort(key=lambda item: position[id(item)])
+    size = Counter(groups.values())
+
+    def position(index: int, item: pytest.Item) -> tuple[int, int, int, int]:
+        group = groups.get(id(item))
+        if group is None:
+            return (len(SLOWEST_FIRST), 0, index, index)
+        rank = SLOWEST_FIRST.index(group.split("-", 1)[0]) if group.split("-", 1)[0] in SLOWEST_FIRST else 0
+        return (rank, -size[group], first[group], index)
+
+    order = {id(item): position(index, item) for index, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])
