@@ -628,3 +628,47 @@ def test_a_tied_batch_fallback_through_free_axes_is_told_apart(monkeypatch):
     _UntiesFirst().export(_PinsBatchOne().eval(), {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
                           ExecutorchConfig(dynamic=True))
     assert batches == [1, 1, 1, 2]  # the test above requires [1, 1, 2]
+
+
+def _layout_question(is_nhwc_tensor):
+    """(the answer, guards and replacements the question added) for a [batch, 3, 1, 1] tensor expanded from one
+    row (batch stride 0), its batch symbolic with hint 1 as in a size-oblivious batch-1 trace: dense in either
+    layout only at batch 1."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    shape_env = ShapeEnv(specialize_zero_one=False)
+    symbol = shape_env.create_symbol(1, source=ConstantSource("batch"), dynamic_dim=DimDynamic.DYNAMIC)
+    with FakeTensorMode(shape_env=shape_env):
+        value = torch.empty_strided((shape_env.create_symintnode(symbol, hint=1), 3, 1, 1), (0, 1, 1, 1))
+    answer = is_nhwc_tensor(value)
+    return answer, len(shape_env.guards) + len(shape_env.replacements)
+
+
+def test_xnnpack_s_layout_question_is_answered_without_pinning_the_batch():
+    """XNNPACK's layout pass asked is_contiguous() of such a tensor, which guards batch == 1; the lowering then
+    sized Qwen2-VL's tensors for batch 1 (its position planes overran their memory plan). hfexport's patch
+    answers from what holds at every size."""
+    from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import (
+        ChannelsLastTaggedReshapePass,
+    )
+
+    from hfexport.patching import executorch_fixes
+
+    original = ChannelsLastTaggedReshapePass._is_nhwc_tensor
+    assert _layout_question(executorch_fixes._layout_read_without_guards(original)) == (False, 0)
+    answer, guards = _layout_question(original)  # the fault: XNNPACK's own question
+    assert guards > 0
+
+
+def test_qwen2_vl_lowers_with_its_batch_symbolic_in_every_tensor():
+    from hfexport.patching import executorch_fixes  # noqa: F401
+
+    from helpers import zoo_model
+
+    entry, model = zoo_model("qwen2_vl")
+    manager = ExecutorchExporter().export(model, entry.sample_inputs(model), ExecutorchConfig(dynamic=True))
+    program = manager.exported_program("forward")
+    (logits, *_) = next(n for n in program.graph.nodes if n.op == "output").args[0]
+    assert isinstance(logits.meta["val"].shape[0], torch.SymInt), logits.meta["val"].shape

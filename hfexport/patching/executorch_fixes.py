@@ -97,6 +97,49 @@ register_patch(
 )(_one_dynamic_dim_unsqueeze)
 
 
+def _provably_dense(tensor: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """Whether ``tensor``'s strides are the dense ones for its dims taken innermost first in ``order``, at every
+    size its symbols may take; decided without a guard (what cannot be proven counts as not dense)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if statically_known_true(tensor.numel() < 2):
+        return True
+    expected: Any = 1
+    for dim in order:
+        size, stride = tensor.shape[dim], tensor.stride()[dim]
+        if statically_known_true(size == 1):
+            continue
+        if not statically_known_true(stride == expected):
+            return False
+        expected = expected * size
+    return True
+
+
+def _layout_read_without_guards(original: Any) -> Any:
+    def _is_nhwc_tensor(tensor: torch.Tensor) -> bool:
+        # XNNPACK's table (both layouts: NCHW; else NHWC where channels-last contiguous), each layout read as
+        # holding only where it holds at every size: one that holds at the sample's batch 1 only counts as not.
+        if tensor.dim() != 4:
+            return False
+        nhwc = _provably_dense(tensor, (1, 3, 2, 0))
+        nchw = _provably_dense(tensor, (3, 2, 1, 0))
+        return nhwc and not nchw
+
+    return _is_nhwc_tensor
+
+
+register_patch(
+    LOWERING,
+    "executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass.ChannelsLastTaggedReshapePass"
+    "._is_nhwc_tensor",
+    reason="XNNPACK's layout pass asks each partition's tensors whether they are channels-last contiguous; on a "
+    "4-D tensor with a symbolic batch that holds at the sample's batch 1 only, and the question guards Eq(batch, 1): "
+    "the rest of the lowering then sizes every tensor for batch 1 while the inputs stay dynamic (Qwen2-VL's "
+    "position planes came out [1, seq] and overran their memory plan at batch 2). Read without guards instead. "
+    "Remove when the pass reads layouts without guarding.",
+)(_layout_read_without_guards)
+
+
 @contextlib.contextmanager
 def lowering_patches() -> Iterator[None]:
     """The ``executorch_lowering`` set, for the EXIR passes; torch's global random generator is put back after
