@@ -421,6 +421,10 @@ def _qwen2_vl() -> Any:
                 num_attention_heads=4,
                 num_key_value_heads=2,
                 vocab_size=128,
+                # TINY's position limit, as every other decoder here: ExecuTorch plans memory for the longest
+                # sequence a model takes, and at the default 32768 (bounded to 2048) every load of Qwen2-VL's
+                # decode program allocated gigabytes.
+                max_position_embeddings=TINY["max_position_embeddings"],
                 bos_token_id=1,
                 eos_token_id=2,
                 pad_token_id=0,
