@@ -12,8 +12,12 @@ cProfile, which doubles every time; this one gives the real seconds). The stages
   pass pipeline and serialisation;
 - ``to_executorch``: memory planning and emission.
 
-A third column, ``two-pass``, is hfexport with its one trace and its retrace skips taken out (torch.export's
-training-IR trace, lowered by EXIR's own way): what those two changes save, in the same run.
+Two more rows count across the stages (their seconds overlap the rows above): the EXIR pass retraces that ran
+(``ExportPass.call``) and the pass-manager checks that ran (``ExportedProgramPassManager.check``). hfexport's
+lowering patches wrap these from outside, so a retrace or check they skip is not counted.
+
+A third column, ``two-pass``, is hfexport with its one trace, its retrace skips and its remembered checks taken
+out (torch.export's training-IR trace, lowered by EXIR's own way): what those changes save, in the same run.
 
 Each implementation exports once untimed, then ``--repeat`` times; the fastest total counts, with its stages.
 
@@ -59,6 +63,8 @@ def install_timers() -> list[str]:
     import executorch.exir.program._program as exir
     import torch.export._trace as trace
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir.pass_base import ExportPass
+    from executorch.exir.pass_manager import ExportedProgramPassManager
     from torch.export import ExportedProgram
 
     stages = [(trace, "_export", "trace"),
@@ -66,25 +72,28 @@ def install_timers() -> list[str]:
               (exir, "_generate_edge_program", "edge dialect"),
               (exir.EdgeProgramManager, "to_backend", "to_backend"),
               (XnnpackBackend, "preprocess", "  XNNPACK preprocess"),
-              (exir.EdgeProgramManager, "to_executorch", "to_executorch")]
+              (exir.EdgeProgramManager, "to_executorch", "to_executorch"),
+              (ExportPass, "call", "(EXIR pass retraces, all stages)"),
+              (ExportedProgramPassManager, "check", "(pass-manager checks, all stages)")]
     for owner, name, label in stages:
         _timed(owner, name, label)
     return [label for _, _, label in stages]
 
 
 def two_pass_export(generation: bool) -> Any:
-    """hfexport's ExecuTorch export as it was before its one trace: the training-IR trace, every retrace run."""
+    """hfexport's ExecuTorch export as it was before its one trace: the training-IR trace, every retrace and
+    every pass-manager check run."""
     from hfexport import ExecutorchExporter
     from hfexport.dynamo import DynamoExporter
-    from hfexport.patching import executorch_retraces
+    from hfexport.patching import executorch_checks, executorch_retraces
     from hfexport.patching.registry import PATCHES
 
     fn = export_time.hfexport_export("executorch", True, generation=generation)
 
     def export(model: Any, inputs: dict) -> Any:
         patches, one_trace = PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.trace_call
-        PATCHES[executorch_retraces.LOWERING] = [p for p in patches
-                                                 if p.factory.__module__ != executorch_retraces.__name__]
+        skips = (executorch_retraces.__name__, executorch_checks.__name__)
+        PATCHES[executorch_retraces.LOWERING] = [p for p in patches if p.factory.__module__ not in skips]
         ExecutorchExporter.trace_call = DynamoExporter.trace_call  # type: ignore[method-assign]
         try:
             return fn(model, inputs)

@@ -34,19 +34,26 @@ def _symbolic(tensor: torch.Tensor) -> bool:
     return any(isinstance(size, torch.SymInt) for size in tensor.shape)
 
 
-def known_contiguous(tensor: torch.Tensor) -> bool:
-    """True when the tensor is row-major contiguous for every value of its symbolic sizes (no guard added).
-
-    torch's own ``is_contiguous_or_false`` evaluates backed sizes at their sample value, so a
-    one-token sample would read as contiguous and the original method would guard again."""
+def known_dense(tensor: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """True when the tensor's strides are the dense ones for its dims taken innermost first in ``order``, for every
+    value of its symbolic sizes (no guard added; what cannot be proven counts as not dense)."""
     expected: Any = 1
-    for size, stride in reversed(tuple(zip(tensor.shape, tensor.stride()))):
+    for dim in order:
+        size, stride = tensor.shape[dim], tensor.stride()[dim]
         if statically_known_true(size == 1):
             continue
         if not statically_known_true(stride == expected):
             return False
         expected = expected * size
     return True
+
+
+def known_contiguous(tensor: torch.Tensor) -> bool:
+    """True when the tensor is row-major contiguous for every value of its symbolic sizes (no guard added).
+
+    torch's own ``is_contiguous_or_false`` evaluates backed sizes at their sample value, so a
+    one-token sample would read as contiguous and the original method would guard again."""
+    return known_dense(tensor, tuple(reversed(range(tensor.dim()))))
 
 
 def contiguity_guards(tensor: torch.Tensor) -> bool:

@@ -75,16 +75,22 @@ def calls_a_view_op(graph_module: torch.fx.GraphModule) -> bool:
     return any(getattr(n.target, "is_view", True) for n in _operator_calls(graph_module))
 
 
-def passes_a_literal_as_tensor(graph_module: torch.fx.GraphModule) -> bool:
-    """``ScalarToTensorPass``: rewrites a Python int, float or bool given for a Tensor argument."""
+def _gives_a_tensor_argument(graph_module: torch.fx.GraphModule, test: Callable[[Any], bool]) -> bool:
+    """Whether some call gives a value that passes ``test`` for a Tensor argument of its schema (True where a call
+    is not a plain overload, whose schema this cannot read)."""
     for node in _operator_calls(graph_module):
         op = _plain_op(node)
         if op is None:
             return True
         for value, schema in _schema_values(op, node):
-            if isinstance(schema.type, torch.TensorType) and isinstance(value, (float, int, bool)):
+            if isinstance(schema.type, torch.TensorType) and test(value):
                 return True
     return False
+
+
+def passes_a_literal_as_tensor(graph_module: torch.fx.GraphModule) -> bool:
+    """``ScalarToTensorPass``: rewrites a Python int, float or bool given for a Tensor argument."""
+    return _gives_a_tensor_argument(graph_module, lambda value: isinstance(value, (float, int, bool)))
 
 
 _SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -92,14 +98,7 @@ _SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 def passes_a_symbol_as_tensor(graph_module: torch.fx.GraphModule) -> bool:
     """``SymToTensorPass``: rewrites a symbolic size given for a Tensor argument."""
-    for node in _operator_calls(graph_module):
-        op = _plain_op(node)
-        if op is None:
-            return True
-        for value, schema in _schema_values(op, node):
-            if isinstance(schema.type, torch.TensorType) and type(_value(value)) in _SYMBOLS:
-                return True
-    return False
+    return _gives_a_tensor_argument(graph_module, lambda value: type(_value(value)) in _SYMBOLS)
 
 
 def _promotion_kinds() -> dict[Any, Any]:

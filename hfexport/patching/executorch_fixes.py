@@ -97,33 +97,19 @@ register_patch(
 )(_one_dynamic_dim_unsqueeze)
 
 
-def _provably_dense(tensor: torch.Tensor, order: tuple[int, ...]) -> bool:
-    """Whether ``tensor``'s strides are the dense ones for its dims taken innermost first in ``order``, at every
-    size its symbols may take; decided without a guard (what cannot be proven counts as not dense)."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    if statically_known_true(tensor.numel() < 2):
-        return True
-    expected: Any = 1
-    for dim in order:
-        size, stride = tensor.shape[dim], tensor.stride()[dim]
-        if statically_known_true(size == 1):
-            continue
-        if not statically_known_true(stride == expected):
-            return False
-        expected = expected * size
-    return True
-
-
 def _layout_read_without_guards(original: Any) -> Any:
     def _is_nhwc_tensor(tensor: torch.Tensor) -> bool:
         # XNNPACK's table (both layouts: NCHW; else NHWC where channels-last contiguous), each layout read as
         # holding only where it holds at every size: one that holds at the sample's batch 1 only counts as not.
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        from .contiguity import known_dense
+
         if tensor.dim() != 4:
             return False
-        nhwc = _provably_dense(tensor, (1, 3, 2, 0))
-        nchw = _provably_dense(tensor, (3, 2, 1, 0))
-        return nhwc and not nchw
+        if statically_known_true(tensor.numel() < 2):
+            return False  # dense in both layouts
+        return known_dense(tensor, (1, 3, 2, 0)) and not known_dense(tensor, (3, 2, 1, 0))
 
     return _is_nhwc_tensor
 
