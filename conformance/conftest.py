@@ -245,7 +245,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = groups.get(id(item))
         if group is None:
             return (len(SLOWEST_FIRST), 0, index, index)
-        rank = SLOWEST_FIRST.index(group.split("-", 1)[0]) if group.split("-", 1)[0] in SLOWEST_FIRST else 0
+        backend = group.split("-", 1)[0]
+        rank = SLOWEST_FIRST.index(backend) if backend in SLOWEST_FIRST else len(SLOWEST_FIRST)
         return (rank, -size[group], first[group], index)
 
     order = {id(item): position(index, item) for index, item in enumerate(items)}

@@ -662,9 +662,8 @@ def test_xnnpack_s_layout_question_is_answered_without_pinning_the_batch():
     assert guards > 0
 
 
-def test_qwen2_vl_lowers_with_its_batch_symbolic_in_every_tensor():
-    from hfexport.patching import executorch_fixes  # noqa: F401
-
+def test_qwen2_vl_s_lowered_logits_keep_the_batch_symbol():
+    """Before the layout patch they came out [1, seq, vocab], the batch pinned by XNNPACK's layout question."""
     from helpers import zoo_model
 
     entry, model = zoo_model("qwen2_vl")

@@ -22,7 +22,7 @@ pytest.importorskip("executorch")
 
 from hfexport import ExecutorchConfig, ExecutorchExporter, HfExportError  # noqa: E402
 from hfexport.dynamo import DynamoExporter  # noqa: E402
-from hfexport.patching import executorch_retraces  # noqa: E402
+from hfexport.patching import edge_pass_triggers, executorch_retraces  # noqa: E402
 from hfexport.patching.registry import PATCHES, Patch  # noqa: E402
 
 from helpers import eager, zoo_model  # noqa: E402
@@ -48,7 +48,7 @@ class TracesWithoutTheTable(ExecutorchExporter):
 def without_skips(monkeypatch):
     """Take the retrace-skipping patches out of the lowering set for the test."""
     kept = [p for p in PATCHES[LOWERING] if p.factory.__module__ != executorch_retraces.__name__]
-    assert len(kept) == len(PATCHES[LOWERING]) - 5
+    assert len(kept) == len(PATCHES[LOWERING]) - 4
     monkeypatch.setitem(PATCHES, LOWERING, kept)
 
 
@@ -300,15 +300,18 @@ def dim_order_copies(manager):
     return sum(n.op == "call_function" and "_to_dim_order_copy" in str(n.target) for n in module.graph.nodes)
 
 
+DIM_ORDER_PASS = "executorch.exir.passes.legalize_portable_dim_order_pass.LegalizePortableDimOrderPass"
+
+
 def recorded_dim_order_decisions(monkeypatch):
     decisions = []
-    original = executorch_retraces.needs_dim_order_legalizing
+    original = edge_pass_triggers.TRIGGERS[DIM_ORDER_PASS]
 
-    def recorded(graph_module, target_ops):
-        decisions.append(original(graph_module, target_ops))
+    def recorded(graph_module):
+        decisions.append(original(graph_module))
         return decisions[-1]
 
-    monkeypatch.setattr(executorch_retraces, "needs_dim_order_legalizing", recorded)
+    monkeypatch.setitem(edge_pass_triggers.TRIGGERS, DIM_ORDER_PASS, recorded)
     return decisions
 
 
@@ -329,19 +332,9 @@ def test_the_dim_order_skip_is_taken_only_where_nothing_needs_legalizing(monkeyp
     torch.testing.assert_close(run(ours, inputs)[0], eager(model, inputs), atol=1e-6, rtol=1e-6)
 
 
-def skips_every_legalizing(original):
-    """Fault: skips the dim-order pass whatever the graph holds."""
-
-    def call(self, graph_module):
-        from torch.fx.passes.infra.pass_base import PassResult
-
-        return PassResult(graph_module, False)
-
-    return call
-
-
 def test_a_dim_order_skip_that_ignores_the_dim_order_is_told_apart(monkeypatch):
     model, inputs = ChannelsLastMean(), {"x": torch.randn(2, 3, 4, 5)}
     expected = dim_order_copies(ExecutorchExporter().export(model, inputs, PORTABLE))
-    replace_skip(monkeypatch, "_legalize_dim_order_when_needed", skips_every_legalizing)
+    # Fault: the dim-order pass's trigger never fires, whatever the graph holds.
+    monkeypatch.setitem(edge_pass_triggers.TRIGGERS, DIM_ORDER_PASS, lambda graph_module: False)
     assert dim_order_copies(ExecutorchExporter().export(model, inputs, PORTABLE)) == expected - 1  # no legalizing copy

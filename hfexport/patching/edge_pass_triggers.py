@@ -161,6 +161,20 @@ def may_fold_constants(graph_module: torch.fx.GraphModule) -> bool:
     return False
 
 
+def reads_a_non_default_dim_order(graph_module: torch.fx.GraphModule) -> bool:
+    """``LegalizePortableDimOrderPass`` (``to_executorch``): copies to the default dim order the input of each op it
+    legalizes (portable mean, sum, pooling, ``expand_copy``) that has another one, or whose metadata does not tell."""
+    from executorch.exir.passes.legalize_portable_dim_order_pass import LegalizePortableDimOrderPass
+
+    for node in _operator_calls(graph_module):
+        if node.target not in LegalizePortableDimOrderPass._target_ops:
+            continue
+        value = _value(node.args[0]) if node.args else None
+        if not isinstance(value, torch.Tensor) or tuple(int(d) for d in value.dim_order()) != tuple(range(value.dim())):
+            return True
+    return False
+
+
 # Pass class (module.qualname, matched exactly) -> whether the pass may rewrite the graph.
 TRIGGERS: dict[str, Callable[[torch.fx.GraphModule], bool]] = {
     "executorch.exir.passes.normalize_transpose_pass.NormalizeTransposePass": calls_plain_transpose,
@@ -172,6 +186,9 @@ TRIGGERS: dict[str, Callable[[torch.fx.GraphModule], bool]] = {
     "executorch.exir.passes.remove_mixed_type_operators.RemoveMixedTypeOperators": mixes_dtypes,
     "executorch.exir.passes.memory_format_ops_pass.MemoryFormatOpsPass": calls_a_memory_format_op,
     "executorch.exir.passes.const_prop_pass.ConstPropPass": may_fold_constants,
+    "executorch.exir.passes.legalize_portable_dim_order_pass.LegalizePortableDimOrderPass": (
+        reads_a_non_default_dim_order
+    ),
 }
 
 

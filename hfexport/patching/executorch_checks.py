@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .executorch_fixes import LOWERING
+from .executorch_retraces import fingerprint
 from .registry import register_patch
 
 # Graph module -> the state its program was last checked in. Kept beside the module, not on it: a state holds fake
@@ -34,10 +35,10 @@ class _CheckedState:
     """What a check depends on. Metadata values are compared by identity: comparing fake tensors would dispatch."""
 
     def __init__(self, program: Any) -> None:
-        module = program.graph_module
-        nodes = [n for m in module.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+        graphs = [m for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+        nodes = [n for m in graphs for n in m.graph.nodes]
         self.structure = (
-            tuple((n.op, str(n.target), n.name, str(n.args), str(n.kwargs)) for n in nodes),
+            tuple(fingerprint(m) for m in graphs),
             str(program.graph_signature),
             tuple(type(v) for v in program.verifiers),
             tuple(program.state_dict),

@@ -17,11 +17,10 @@ do. Two patches skip a retrace only where it would record the graph it was given
   hooks, such as ``call_operator``), and whose own rewrite left the partition's graph as it was, skips the
   retrace.
 
-A third skips the retrace of an ATen-to-edge pass (``to_edge``) that finds nothing it rewrites in the graph
-(``edge_pass_triggers``; ``tests/test_executorch_edge_skips.py`` holds each trigger against its pass). A fourth
-skips ``to_executorch``'s ``LegalizePortableDimOrderPass`` where every op it would legalize already has a default
-dim order input: its retrace then only refreshes metadata, and ``SpecPropPass``, next in the list, retraces for
-that anyway.
+A third skips the retrace of an EXIR pass that finds nothing it rewrites in the graph, told by a predicate per pass
+(``edge_pass_triggers``; ``tests/test_executorch_edge_skips.py`` holds each against its pass): ``to_edge``'s
+ATen-to-edge passes, XNNPACK's ``ConstPropPass``, and ``to_executorch``'s ``LegalizePortableDimOrderPass``, whose
+retrace would only refresh metadata that ``SpecPropPass``, next in the list, retraces for anyway.
 
 ``tests/test_executorch_one_trace.py`` checks that the lowered programs are the ones EXIR gives without the one
 trace and the skips (same ops, same delegate graphs), and that the XNNPACK skip leaves every delegate's bytes as
@@ -186,44 +185,11 @@ def _retrace_only_what_an_edge_pass_rewrites(original: Callable) -> Callable:
 register_patch(
     LOWERING,
     "executorch.exir.pass_base.ExportPass.call",
-    reason="to_edge retraces the whole program once per ATen-to-edge pass, and most of them find no op they "
-    "rewrite (edge_pass_triggers reads that from the graph); their retrace then records the graph it was given. "
-    "Skipped in that case. Drop when EXIR's passes skip such retraces themselves.",
+    reason="to_edge retraces the whole program once per ATen-to-edge pass, XNNPACK once per partition for "
+    "ConstPropPass, to_executorch once more to legalize dim orders, and most find no op they rewrite "
+    "(edge_pass_triggers reads that from the graph); their retrace then records the graph it was given. Skipped "
+    "in that case. Drop when EXIR's passes skip such retraces themselves.",
 )(_retrace_only_what_an_edge_pass_rewrites)
-
-
-def needs_dim_order_legalizing(graph_module: torch.fx.GraphModule, target_ops: Any) -> bool:
-    """Whether EXIR's ``LegalizePortableDimOrderPass`` would rewrite ``graph_module``: a node (in any graph of it)
-    calls one of its ``target_ops`` on a tensor whose dim order is not the default one, or on an input whose
-    metadata does not tell (then it may, and the pass runs)."""
-    for node in _calls(graph_module, target_ops):
-        source = node.args[0] if node.args else None
-        value = source.meta.get("val") if isinstance(source, torch.fx.Node) else source
-        if not isinstance(value, torch.Tensor) or tuple(int(d) for d in value.dim_order()) != tuple(range(value.dim())):
-            return True
-    return False
-
-
-def _legalize_dim_order_when_needed(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
-        if not needs_dim_order_legalizing(graph_module, type(self)._target_ops):
-            from torch.fx.passes.infra.pass_base import PassResult
-
-            logger.debug("LegalizePortableDimOrderPass skipped: every target op's input has the default dim order")
-            return PassResult(graph_module, False)
-        return original(self, graph_module)
-
-    return call
-
-
-register_patch(
-    LOWERING,
-    "executorch.exir.passes.legalize_portable_dim_order_pass.LegalizePortableDimOrderPass.call",
-    reason="to_executorch runs this pass right before SpecPropPass, and it retraces the whole graph even when no "
-    "op it legalizes has a non-default dim order input; then its retrace only refreshes metadata, which "
-    "SpecPropPass's own retrace does next. Skipped in that case. Drop when the pass skips its retrace itself.",
-)(_legalize_dim_order_when_needed)
 
 
 @functools.cache
