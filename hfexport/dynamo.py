@@ -236,7 +236,8 @@ class DynamoExporter(HfExporter):
 
         Where torch refuses the one trace (its constraint solver rejected DeepSeek-V4's decode step, which the
         training-IR trace accepts), the model is put back as it was and ``in_two_passes()`` traces it instead; an
-        error from that way is the export's error."""
+        error from that way is the export's error. A tied batch the trace pinned is not retried that way: the model
+        code that pinned it runs the same in both (Funnel's failed two-pass trace cost 2.6 s)."""
         snapshot = snapshot_model(model)
         try:
             return decomposed_trace.export_decomposed(
@@ -248,6 +249,9 @@ class DynamoExporter(HfExporter):
                 prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
             )
         except Exception as exc:
+            if shapes.pins_tied_batch(exc, dynamic_shapes):
+                restore_model(model, snapshot)
+                raise
             logger.info(
                 "the one-pass trace of %s failed (%s: %s); tracing in two passes",
                 type(model).__name__,

@@ -153,7 +153,7 @@ class ExecutorchExporter(DynamoExporter):
         try:
             return super()._export(model, graph_inputs, dynamic_shapes, config)
         except HfExportError as exc:
-            if f"Constraints violated ({shapes.TIED_BATCH})" not in str(exc) or not shapes.ties_batch(dynamic_shapes):
+            if not shapes.pins_tied_batch(exc, dynamic_shapes):
                 raise
             restore_model(model, snapshot)
         tied = shapes.tied_batch_inputs(dynamic_shapes)

@@ -173,6 +173,12 @@ def ties_batch(spec: Any) -> bool:
     return bool(tied_batch_inputs(spec))
 
 
+def pins_tied_batch(error: BaseException, spec: Any) -> bool:
+    """Whether ``error`` is torch.export refusing ``spec``'s tied batch Dim: the trace specialised it ('Constraints
+    violated (batch)'), as a model that branches on a batch of 1 makes any batch-1 trace do."""
+    return f"Constraints violated ({TIED_BATCH})" in str(error) and ties_batch(spec)
+
+
 def widen_batch(inputs: Mapping[str, Any], batch: int = 2) -> dict[str, Any]:
     """Repeat every tensor whose leading (batch) axis has size 1, ``batch`` times along it.
 

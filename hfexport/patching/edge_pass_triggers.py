@@ -6,8 +6,11 @@ though most rewrite only a few ops, or none: a transpose spelled ``aten.t``, a v
 a Python scalar or a symbolic size passed where the schema takes a tensor, mixed dtypes, a memory-format op. On the
 zoo's programs most of them find nothing to rewrite.
 
-XNNPACK's preprocess runs one more such pass on every partition, ``ConstPropPass``, which folds calls on constants
-and finds none in a partition whose calls all read tensors the program computes.
+XNNPACK's preprocess runs two more such passes on every partition: ``ConstPropPass``, which folds calls on constants
+and finds none in a partition whose calls all read tensors the program computes, and ``DimOrderOpsRevertPass``,
+which has nothing to revert in a partition without a dim-order op. ``to_executorch`` runs one more retrace of the
+whole program that rewrites nothing at all: ``SpecPropPass`` refreshes every node's fake value before it reads
+them (``METADATA_RETRACE``), though after a lowering only the nodes it added itself lack one.
 
 ``TRIGGERS`` holds, per pass class, a predicate that reads the graph the way the pass's ``call_operator`` reads
 each call: same ops, same schema arguments (``map_args``), same values. It answers True ("may rewrite") whenever it
@@ -175,6 +178,38 @@ def reads_a_non_default_dim_order(graph_module: torch.fx.GraphModule) -> bool:
     return False
 
 
+def calls_a_dim_order_op(graph_module: torch.fx.GraphModule) -> bool:
+    """``DimOrderOpsRevertPass`` (XNNPACK's preprocess, per partition): rewrites the dim-order edge ops back into
+    their memory-format twins."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+    from executorch.exir.passes.dim_order_ops_registry import MemoryFormatOpsMap
+
+    calls = _operator_calls(graph_module)
+    return any(isinstance(n.target, EdgeOpOverload) and n.target in MemoryFormatOpsMap for n in calls)
+
+
+def lacks_a_value(graph_module: torch.fx.GraphModule) -> bool:
+    """A plain ``ExportPass`` (``SpecPropPass`` runs one first, in ``to_executorch``) rewrites nothing: its retrace
+    records every node's fake value again, for the tensor specs memory planning reads. In hfexport's lowering only
+    nodes added without a retrace can lack a value or hold a stale one:
+
+    - ``to_executorch``'s buffer write-backs are ``copy_`` nodes without a value: the retrace runs;
+    - ``to_backend``'s delegate calls carry their partitions' output values;
+    - hfexport's ``cache_updates_in_place`` turns a functional update into its in-place twin, whose value is then
+      not its input's; memory planning aliases an in-place result to its input by schema, not by value, and the
+      emitted program came out the same either way (``tests/test_executorch_edge_skips.py``).
+
+    So a placeholder or call without a value means "may change"."""
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            if any(n.op in ("placeholder", "call_function") and "val" not in n.meta for n in module.graph.nodes):
+                return True
+    return False
+
+
+# The plain retrace: it rewrites no node, so it is held against the values it would record, not the graph.
+METADATA_RETRACE = "executorch.exir.pass_base.ExportPass"
+
 # Pass class (module.qualname, matched exactly) -> whether the pass may rewrite the graph.
 TRIGGERS: dict[str, Callable[[torch.fx.GraphModule], bool]] = {
     "executorch.exir.passes.normalize_transpose_pass.NormalizeTransposePass": calls_plain_transpose,
@@ -189,6 +224,8 @@ TRIGGERS: dict[str, Callable[[torch.fx.GraphModule], bool]] = {
     "executorch.exir.passes.legalize_portable_dim_order_pass.LegalizePortableDimOrderPass": (
         reads_a_non_default_dim_order
     ),
+    "executorch.exir.passes.memory_format_ops_pass.DimOrderOpsRevertPass": calls_a_dim_order_op,
+    METADATA_RETRACE: lacks_a_value,
 }
 
 

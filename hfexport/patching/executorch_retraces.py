@@ -19,8 +19,9 @@ do. Two patches skip a retrace only where it would record the graph it was given
 
 A third skips the retrace of an EXIR pass that finds nothing it rewrites in the graph, told by a predicate per pass
 (``edge_pass_triggers``; ``tests/test_executorch_edge_skips.py`` holds each against its pass): ``to_edge``'s
-ATen-to-edge passes, XNNPACK's ``ConstPropPass``, and ``to_executorch``'s ``LegalizePortableDimOrderPass``, whose
-retrace would only refresh metadata that ``SpecPropPass``, next in the list, retraces for anyway.
+ATen-to-edge passes, XNNPACK's ``ConstPropPass`` and ``DimOrderOpsRevertPass``, ``to_executorch``'s
+``LegalizePortableDimOrderPass``, and the plain retrace ``SpecPropPass`` runs to refresh every node's fake value,
+skipped where every node has one (``tests/test_executorch_spec_refresh.py`` compares the emitted programs).
 
 ``tests/test_executorch_one_trace.py`` checks that the lowered programs are the ones EXIR gives without the one
 trace and the skips (same ops, same delegate graphs), and that the XNNPACK skip leaves every delegate's bytes as
@@ -169,13 +170,31 @@ register_patch(
 )(_retrace_only_a_changed_graph)
 
 
+def same_graph_in_a_new_module(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """What a retrace that rewrote nothing gives: a new module over a copy of the graph (every node's metadata as
+    it was), with the same attributes, code generator and module metadata."""
+    graph = torch.fx.Graph(tracer_cls=graph_module.graph._tracer_cls)
+    value = graph.graph_copy(graph_module.graph, {})
+    output = graph_module.graph.output_node()
+    graph.output(value, type_expr=output.type).meta = dict(output.meta)
+    graph._codegen = graph_module.graph._codegen
+    module = torch.fx.GraphModule(graph_module, graph)
+    module.meta = graph_module.meta.copy()
+    return module
+
+
 def _retrace_only_what_an_edge_pass_rewrites(original: Callable) -> Callable:
     @functools.wraps(original)
     def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
         if edge_pass_triggers.rewrites_nothing(self, graph_module):
+            from executorch.exir.pass_base import ExportPass
             from torch.fx.passes.infra.pass_base import PassResult
 
             logger.debug("%s skipped: nothing in the graph it rewrites", type(self).__name__)
+            if type(self) is ExportPass:
+                # A plain retrace's caller takes its module as new: to_executorch copies the last pass's module
+                # onto the program's, which empties a module copied onto itself.
+                return PassResult(same_graph_in_a_new_module(graph_module), False)
             return PassResult(graph_module, False)
         return original(self, graph_module)
 
@@ -186,7 +205,8 @@ register_patch(
     LOWERING,
     "executorch.exir.pass_base.ExportPass.call",
     reason="to_edge retraces the whole program once per ATen-to-edge pass, XNNPACK once per partition for "
-    "ConstPropPass, to_executorch once more to legalize dim orders, and most find no op they rewrite "
+    "ConstPropPass and DimOrderOpsRevertPass, to_executorch once more to legalize dim orders and once to refresh "
+    "the metadata SpecPropPass reads, and most find no op they rewrite or no value out of date "
     "(edge_pass_triggers reads that from the graph); their retrace then records the graph it was given. Skipped "
     "in that case. Drop when EXIR's passes skip such retraces themselves.",
 )(_retrace_only_what_an_edge_pass_rewrites)
