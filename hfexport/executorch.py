@@ -58,7 +58,7 @@ from .errors import HfExportError
 from .io import atomic_output
 from .model_state import restore_model, snapshot_model
 from .outputs import flatten_named, spec_leaf_names
-from .patching import executorch_checks, executorch_fixes, executorch_retraces  # noqa: F401  (checks: registers its patch)
+from .patching import executorch_checks, executorch_fixes, executorch_fusion, executorch_retraces  # noqa: F401 (patches)
 from .patching.executorch_passes import run_edge_passes
 from .registry import register_exporter
 

@@ -195,27 +195,40 @@ def _rewrite_to_call_method(program):
         graph.call_method("clone", (output.args[0][0],))
 
 
-def memo_verdict(monkeypatch, factory):
-    """(checks that reached EXIR's check for two asks about one state, whether the changed graph was refused)."""
+def _rewrite_to_an_aten_call(program):
+    """A graph the edge dialect's verifier refuses: an ATen operator where only edge operators may be."""
+    graph = program.graph_module.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    with graph.inserting_before(output):
+        node = graph.call_function(torch.ops.aten.clone.default, (output.args[0][0],))
+    node.meta["val"] = output.args[0][0].meta["val"]
+
+
+def memo_verdict(monkeypatch, factory, validate=False):
+    """(checks that reached EXIR's check, or the program's validation, for two asks about one state, whether the
+    changed graph was refused)."""
     from executorch.exir.pass_manager import ExportedProgramPassManager
+    from torch.export import ExportedProgram
 
     ran = []
-    original = ExportedProgramPassManager.check
+    owner, name = (ExportedProgram, "_validate") if validate else (ExportedProgramPassManager, "check")
+    original = getattr(owner, name)
 
-    def counted(self, exported_program):
+    def counted(*args):
         ran.append(1)
-        return original(self, exported_program)
+        return original(*args)
 
-    monkeypatch.setattr(ExportedProgramPassManager, "check", factory(counted))
     program = _checked_program()
-    _check(program)
-    _check(program)
+    monkeypatch.setattr(owner, name, factory(counted))
+    ask = program._validate if validate else lambda: _check(program)
+    ask()
+    ask()
     reached = len(ran)
-    _rewrite_to_call_method(program)
+    (_rewrite_to_an_aten_call if validate else _rewrite_to_call_method)(program)
     try:
-        _check(program)
-    except Exception as exc:  # noqa: BLE001 - EXIR raises its ExportError
-        return reached, "call_method" in str(exc)
+        ask()
+    except Exception as exc:  # noqa: BLE001 - EXIR raises its ExportError, torch its SpecViolationError
+        return reached, ("is not an Edge operator" if validate else "call_method") in str(exc)
     return reached, False
 
 
@@ -223,24 +236,31 @@ def test_the_check_runs_once_per_state_and_again_after_a_change(monkeypatch):
     assert memo_verdict(monkeypatch, executorch_checks._check_each_state_once) == (1, True)
 
 
+def test_the_validation_runs_once_per_state_and_again_after_a_change(monkeypatch):
+    assert memo_verdict(monkeypatch, executorch_checks._validate_each_state_once, validate=True) == (1, True)
+
+
 def remembers_the_module_only(original):
     """Fault: remembers a checked graph module whatever became of its graph."""
     seen = set()
 
-    def check(self, exported_program):
-        if id(exported_program.graph_module) in seen:
+    def check(*args):
+        program = args[-1]  # (manager, program) for the check, (program,) for the validation
+        if id(program.graph_module) in seen:
             return None
-        original(self, exported_program)
-        seen.add(id(exported_program.graph_module))
+        original(*args)
+        seen.add(id(program.graph_module))
         return None
 
     return check
 
 
-def test_a_check_memo_that_ignores_the_state_is_caught(monkeypatch):
-    reached, refused = memo_verdict(monkeypatch, remembers_the_module_only)
-    assert reached == 1 and not refused  # what the test above tells apart
+@pytest.mark.parametrize("validate", [False, True], ids=["check", "validation"])
+def test_a_memo_that_ignores_the_state_is_caught(monkeypatch, validate):
+    reached, refused = memo_verdict(monkeypatch, remembers_the_module_only, validate)
+    assert reached == 1 and not refused  # what the two tests above tell apart
 
 
-def test_the_lowering_installs_the_remembered_check():
-    assert any(p.factory is executorch_checks._check_each_state_once for p in PATCHES[LOWERING])
+def test_the_lowering_installs_the_remembered_check_and_validation():
+    factories = {p.factory for p in PATCHES[LOWERING]}
+    assert {executorch_checks._check_each_state_once, executorch_checks._validate_each_state_once} <= factories
