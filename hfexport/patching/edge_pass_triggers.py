@@ -197,7 +197,7 @@ def lacks_a_value(graph_module: torch.fx.GraphModule) -> bool:
     - ``to_backend``'s delegate calls carry their partitions' output values;
     - hfexport's ``cache_updates_in_place`` turns a functional update into its in-place twin, whose value is then
       not its input's; memory planning aliases an in-place result to its input by schema, not by value, and the
-      emitted program came out the same either way (``tests/test_executorch_edge_skips.py``).
+      emitted program came out the same either way (``tests/test_executorch_spec_refresh.py``).
 
     So a placeholder or call without a value means "may change"."""
     for module in graph_module.modules():
