@@ -4,19 +4,21 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hfexport-installed
-PINS   := $(wildcard hfexport/pins/*.txt)
-TORCH_PIN := $(shell grep -E '^torch==' hfexport/pins/core.txt)
+PINS   := $(wildcard hfexport/pins/*.txt) hfexport/pins/window.toml
+CONSTRAINTS := hfexport/pins/constraints.txt
+TORCH_PIN := $(shell grep -E '^torch==' $(CONSTRAINTS))
 # pip at error level: a machine's pip configuration may name package indexes that do not exist there, and
 # pip warns about each one on every install; a failed install still prints its error and stops make.
 PIP_QUIET := --quiet --quiet
 
-.PHONY: run run-all matrix coverage coverage-peer lint test test-all conformance-peer env clean-venv
+.PHONY: run run-all matrix coverage coverage-peer lint test test-all conformance-peer env clean-venv compat compat-page requirements
 
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch first, from its pin (the CPU wheel on disk), so no other package can pull another torch.
+	# torch first, from its pin (the CPU wheel on disk), so no other package can pull another torch; then
+	# hfexport with every extra, its window's ranges held to the pinned stack by the constraints.
 	$(BIN)/python -m pip install $(PIP_QUIET) "$(TORCH_PIN)"
-	$(BIN)/python -m pip install $(PIP_QUIET) -e ".[all,test]" "$(TORCH_PIN)"
+	$(BIN)/python -m pip install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[all,test,dev]"
 	$(BIN)/python -c "import torch, sys; v = torch.__version__.split('+')[0]; want = '$(TORCH_PIN)'.split('==')[1]; sys.exit(0 if v == want else f'torch {v} installed, pinned {want}')"
 	touch $(STAMP)
 
@@ -73,6 +75,22 @@ test-all: $(STAMP)
 # The suite against the peer implementation (transformers.exporters of the pinned transformers).
 conformance-peer: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup conformance -p no:cacheprovider --hfexport-impl=transformers --hfexport-report out/conformance-transformers.json
+
+# The default tier on every stack of the tested window (hfexport/pins/window.toml): one virtual environment per
+# stack under .venvs/ (kept between runs), each run gated against the pinned stack's report; writes
+# docs/compatibility.md. STACKS="transformers-5.25 torch-2.14" runs only those (the others keep their last result).
+STACKS ?=
+COMPAT_ARGS ?=
+compat: $(STAMP)
+	$(BIN)/python -m conformance.compat $(if $(STACKS),--stacks $(STACKS)) $(if $(COMPAT_ARGS),--pytest-args="$(COMPAT_ARGS)")
+
+# docs/compatibility.md from the per-stack summaries a CI matrix's jobs wrote into out/compat/.
+compat-page: $(STAMP)
+	$(BIN)/python -m conformance.compat --merge $${HFEXPORT_COMPAT_OUT:-out/compat}/*.summary.json
+
+# requires-*.txt (what pip installs) from the window.
+requirements:
+	$(BIN)/python -c "from hfexport import environment; environment.write_requirements()"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -2,7 +2,7 @@
 
 Each benchmark writes ``<out>/<name>.json`` (the numbers, the command line and the installed
 versions, so a number can be traced back to the run that made it) and ``<out>/<name>.png``
-beside it. The plot needs matplotlib (pinned in hfexport/pins/test.txt); without it the
+beside it. The plot needs matplotlib (pinned in hfexport/pins/constraints.txt, installed by the dev extra); without it the
 JSON is still written and the plot is skipped with a message.
 """
 
@@ -127,7 +127,7 @@ def pyplot() -> Any:
         return plt
     except ImportError:
         print("matplotlib is not installed: skipping the plot (pip install 'matplotlib==3.11.2', the pinned "
-              "version in hfexport/pins/test.txt)", file=sys.stderr)
+              "version in hfexport/pins/constraints.txt)", file=sys.stderr)
         return None
 
 

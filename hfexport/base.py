@@ -33,14 +33,20 @@ class HfExporter(abc.ABC):
     widen_batch1_components: ClassVar[bool] = False
     required_packages: ClassVar[list[str]] = ["torch"]
     min_versions: ClassVar[dict[str, str]] = {}
-    # Filled from hfexport/pins by __init_subclass__ unless a subclass sets it.
+    # Filled from hfexport/pins by __init_subclass__ unless a subclass sets it: the pinned release of each
+    # required package, and the tested window around it (hfexport/pins/window.toml). A release inside the
+    # window is tested; only one outside it warns. A subclass that sets its own tested_versions has no window.
     tested_versions: ClassVar[dict[str, str]] = {}
+    tested_windows: ClassVar[dict[str, tuple[str, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "tested_versions" not in cls.__dict__:
-            pins = environment.read_pins()
+            pins, window = environment.read_pins(), environment.read_window()["packages"]
             cls.tested_versions = {p: pins[p] for p in cls.required_packages if p in pins}
+            cls.tested_windows = {p: tuple(window[p]["window"]) for p in cls.required_packages if p in window}
+        elif "tested_windows" not in cls.__dict__:
+            cls.tested_windows = {}
 
     def __init__(self) -> None:
         self.validate_environment()
@@ -48,7 +54,8 @@ class HfExporter(abc.ABC):
     # -- environment ------------------------------------------------------------------
     @classmethod
     def validate_environment(cls) -> None:
-        """Missing package -> ImportError with the pip command; too old -> ImportError; drift -> one warning."""
+        """Missing package -> ImportError with the pip command; too old -> ImportError; a release neither tested nor
+        inside the tested window -> one warning that names the window (never an error)."""
         for package in cls.required_packages:
             if environment.installed_version(package) is None and not environment.is_importable(package):
                 raise ImportError(
@@ -65,13 +72,22 @@ class HfExporter(abc.ABC):
         drift = []
         for package, tested in cls.tested_versions.items():
             installed = environment.installed_version(package)
-            if installed is not None and environment.strip_local(installed) != environment.strip_local(tested):
+            if installed is None or environment.strip_local(installed) == environment.strip_local(tested):
+                continue
+            window = cls.tested_windows.get(package)
+            if window is None:
                 drift.append(f"{package} {installed} (tested {tested})")
+            elif (
+                not environment.version_tuple(window[0])
+                <= environment.version_tuple(installed)
+                <= (environment.version_tuple(window[1]))
+            ):
+                drift.append(f"{package} {installed} (tested window {window[0]} to {window[1]})")
         if drift and cls not in _DRIFT_WARNED:
             _DRIFT_WARNED.add(cls)
             logger.warning(
                 "%s was tested with other versions than installed: %s. Exports usually still work; "
-                "pin the tested versions for production.",
+                "the tested window is hfexport/pins/window.toml (docs/compatibility.md).",
                 cls.__name__,
                 ", ".join(drift),
             )

@@ -225,13 +225,19 @@ def report_header(config: pytest.Config) -> list[str]:
     from . import versions
 
     s = config.stash[SETTINGS]
+    window = versions.environment().read_window()["packages"]
     parts = []
     for name, pinned in s.pins.items():
         got = versions.installed(name)
         if got is None:
             parts.append(f"{name} missing (pin {pinned})")
         elif versions.strip_local(got) != pinned:
-            parts.append(f"{name} {got} DRIFT (pin {pinned})")
+            where = ""
+            if name in window:
+                low, high = window[name]["window"]
+                inside = versions.environment().in_window(name, got)
+                where = f", in window {low} to {high}" if inside else f"; OUTSIDE window {low} to {high}"
+            parts.append(f"{name} {got} DRIFT (pin {pinned}{where})")
         else:
             parts.append(f"{name} {got}")
     return [

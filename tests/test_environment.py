@@ -46,6 +46,33 @@ def test_drift_warns_once_per_class_not_per_instance(caplog):
     assert [r.getMessage().split()[0] for r in drift] == ["Drifty", "Other"]
 
 
+def test_a_release_inside_the_window_is_tested_one_outside_warns_naming_the_window(caplog, monkeypatch):
+    """hfexport's own exporters take their window from window.toml: 5.25 of transformers is tested, 9.0 is not."""
+    low, high = environment.read_window()["packages"]["transformers"]["window"]
+    assert DynamoExporter.tested_windows["transformers"] == (low, high)
+
+    def installed(version):
+        return lambda p: version if p == "transformers" else environment.strip_local(torch_version)
+
+    torch_version = environment.installed_version("torch")
+
+    class Inside(DynamoExporter):
+        pass
+
+    class Outside(DynamoExporter):
+        pass
+
+    monkeypatch.setattr(environment, "installed_version", installed(high))
+    with caplog.at_level(logging.WARNING, logger="hfexport.base"):
+        Inside.validate_environment()
+    assert not [r for r in caplog.records if "tested with" in r.getMessage()]
+    monkeypatch.setattr(environment, "installed_version", installed("9.0.0"))
+    with caplog.at_level(logging.WARNING, logger="hfexport.base"):
+        Outside.validate_environment()
+    (record,) = [r for r in caplog.records if "tested with" in r.getMessage()]
+    assert f"transformers 9.0.0 (tested window {low} to {high})" in record.getMessage()
+
+
 def test_local_suffix_is_not_drift(caplog, monkeypatch):
     class Local(_Probe):
         tested_versions = {"torch": environment.strip_local(environment.installed_version("torch"))}
@@ -58,14 +85,50 @@ def test_local_suffix_is_not_drift(caplog, monkeypatch):
     assert environment.strip_local("2.13.0+cu126") == "2.13.0"
 
 
-def test_tested_versions_come_from_the_pins_that_pyproject_installs():
+def test_tested_versions_are_the_pinned_stack_and_the_installed_stack_is_it():
     pins = environment.read_pins()
     assert DynamoExporter.tested_versions == {"torch": pins["torch"], "transformers": pins["transformers"]}
-    pyproject = (Path(environment.__file__).parents[1] / "pyproject.toml").read_text()
-    for name in ("core", "onnx", "executorch", "test"):
-        assert f"hfexport/pins/{name}.txt" in pyproject
     # the installed stack is the pinned stack (the README's set-up guarantees it)
     assert environment.strip_local(environment.installed_version("torch")) == pins["torch"]
+
+
+def test_install_requirements_are_the_windows_ranges_written_from_window_toml():
+    """pyproject.toml installs from requires-*.txt; each is what window.toml says (`make requirements`)."""
+    pyproject = (Path(environment.__file__).parents[1] / "pyproject.toml").read_text()
+    for extra in environment.EXTRAS:
+        assert f"hfexport/pins/requires-{extra}.txt" in pyproject
+        assert environment.requirements_file(extra).read_text() == environment.requirements_text(extra), (
+            f"requires-{extra}.txt is stale: run `make requirements`"
+        )
+        for line in environment.requirement_lines(extra):
+            assert "==" not in line, f"{line}: an install requirement is a range, never a pin"
+    # every pinned release lies in its window, and the window's lower end is the install's lower bound
+    window = environment.read_window()["packages"]
+    for name, pinned in environment.read_pins().items():
+        assert name in window, f"{name} is pinned but has no window"
+        assert environment.in_window(name, pinned), f"{name}=={pinned} is pinned outside its window"
+        assert window[name]["install"].startswith(f">={window[name]['window'][0]}") or name in (
+            "pytest",
+            "pytest-xdist",
+            "hypothesis",
+            "matplotlib",
+            "ruff",
+            "mypy",
+        )
+    assert 'requires-python = ">=3.11"' in pyproject
+
+
+def test_window_file_is_checked(tmp_path):
+    bad = tmp_path / "window.toml"
+    bad.write_text('[packages.torch]\nwindow = ["2.13.0", "2.14.1"]\ninstall = ">=2.14,<3"\nextra = "core"\n')
+    with pytest.raises(ValueError, match="outside install"):
+        environment.read_window(bad)
+    bad.write_text(
+        '[packages.torch]\nwindow = ["2.13.0", "2.14.1"]\ninstall = ">=2.13,<3"\nextra = "core"\n'
+        '[stacks.new]\ntorch = "2.15.0"\n'
+    )
+    with pytest.raises(ValueError, match="outside the window"):
+        environment.read_window(bad)
 
 
 def test_pins_file_format_is_checked(tmp_path):

@@ -153,7 +153,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
             backend=backend,
             versions=versions,
             impl_revision=revision,
-            measured=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            measured=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
         store.put(cell_key(arch.name, arch.head, backend), record)
         if record["status"] == "not_buildable" and record.get("stage") in BUILD_STAGES:
@@ -195,9 +195,7 @@ def sweep(args: argparse.Namespace, command: str) -> dict[str, int]:
         store.data["runs"].append(
             {
                 "command": command,
-                "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(
-                    timespec="seconds"
-                ),
+                "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(timespec="seconds"),
                 "seconds": round(time.time() - started, 1),
                 "architectures": len(archs),
                 "measured": measured,

@@ -22,7 +22,7 @@ def test_drift_is_marked(pytester):
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_inprocess("--hfexport-backend=dynamo", f"--hfexport-pins={pins}")
     result.stdout.fnmatch_lines([f"hfexport: * pins={pins}",
-                                 "hfexport versions: torch * DRIFT (pin 0.0.1), no-such-dist missing (pin 1.0)"])
+                                 "hfexport versions: torch * DRIFT (pin 0.0.1, in window 2.13.0 to *), no-such-dist missing (pin 1.0)"])
 
 
 def test_ini_twin_and_bad_file(pytester):
