@@ -258,8 +258,12 @@ def cache_tensors(cache: Any) -> list[torch.Tensor]:
     return flatten_cache(cache)[0]
 
 
-def named_cache_tensors(cache: Any, prefix: str = "past_key_values") -> dict[str, torch.Tensor]:
+def named_cache_tensors(cache: Any, prefix: str | None = None) -> dict[str, torch.Tensor]:
     """{'past_key_values.layers.0.keys': tensor, ...} in pytree order: stable names for outputs and reports."""
+    if prefix is None:
+        from .patching.renames import CACHE_ARGUMENT
+
+        prefix = CACHE_ARGUMENT.current()
     tensors: list[torch.Tensor] = []
     names: list[str] = []
     _encode_object(cache, tensors, prefix, names)

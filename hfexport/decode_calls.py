@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .errors import HfExportError
+from .patching.renames import CACHE_ARGUMENT
 
 # Main token inputs, by kind of call, in the order they are looked for.
 TOKEN_KEYS = ("input_ids", "decoder_input_ids", "inputs_embeds")
@@ -73,6 +74,14 @@ def _attention_cache_of(call: Mapping[str, Any]) -> Any:
     return None
 
 
+def _recurrent_only(cache: Any) -> bool:
+    """A state-space model's cache: recurrent state layers only, no key/value layer."""
+    from transformers.cache_utils import CacheLayerMixin
+
+    layers = list(getattr(cache, "layers", None) or [])
+    return bool(layers) and not any(isinstance(layer, CacheLayerMixin) for layer in layers)
+
+
 def static_cache_of(call: Mapping[str, Any]) -> Any:
     """The call's KV cache if it is a compileable (fixed-size, static) one, else None."""
     cache = _attention_cache_of(call)
@@ -115,7 +124,7 @@ def explicit_mask(call: dict[str, Any], accepts_mask: bool) -> dict[str, Any]:
     ids = call.get("input_ids")
     if not accepts_mask or not isinstance(ids, torch.Tensor) or call.get("attention_mask") is not None:
         return call
-    if "cache_params" in call:
+    if _recurrent_only(call.get(CACHE_ARGUMENT.key_in(call) or "")):
         return call
     past = _past_length(_attention_cache_of(call))
     return {

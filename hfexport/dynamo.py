@@ -108,7 +108,8 @@ def split_inputs(sample_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict
 # them. An encoder-decoder's ``decoder_input_ids`` is one of "the rest": ahead of the mask it would reorder a plain
 # export's (input_ids, attention_mask, decoder_input_ids), and ahead of ``input_features`` or ``pixel_values`` a
 # speech or vision encoder-decoder's, against the caller's order that a positional caller passes.
-GUIDE_INPUT_ORDER = ("input_ids", "attention_mask", "position_ids", "past_key_values")
+# The cache under either of its names (transformers 5.25 renamed it: patching.renames.CACHE_ARGUMENT).
+GUIDE_INPUT_ORDER = ("input_ids", "attention_mask", "position_ids", "past_key_values", "cache")
 
 
 def _in_guide_order(graph: dict[str, Any]) -> dict[str, Any]:

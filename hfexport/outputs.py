@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from . import caches
+from .patching.renames import CACHE_ARGUMENT
 
 
 def flatten_named(value: Any, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -28,7 +29,7 @@ def flatten_named(value: Any, prefix: str = "") -> dict[str, torch.Tensor]:
     if isinstance(value, torch.Tensor):
         out[prefix or "output"] = value
     elif caches.is_cache(value):
-        for name, leaf in caches.named_cache_tensors(value, prefix or "past_key_values").items():
+        for name, leaf in caches.named_cache_tensors(value, prefix or CACHE_ARGUMENT.current()).items():
             out[name] = leaf if isinstance(leaf, torch.Tensor) else torch.tensor(int(leaf))
     elif isinstance(value, Mapping):  # ModelOutput is an OrderedDict of its non-None fields
         for k, v in value.items():

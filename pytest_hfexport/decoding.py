@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare import compare
-from .naming import flat_named
+from .naming import cache_entry, flat_named
 from .reference import capture_generation, left_padding, positions, slot_mask
 
 
@@ -53,17 +53,19 @@ def static_reference(model: Any, inputs: Mapping[str, Any], tokens: int, max_cac
     prompt = inputs["input_ids"]
     pads = left_padding(mask) if isinstance(mask, torch.Tensor) else [0] * prompt.shape[0]
     sliding = {}
+    # The cache's flat names follow the model's keyword (past_key_values, or cache from transformers 5.25).
+    prefix = cache_entry(capture.calls["model"][0])[0] or "past_key_values"
     for cache in capture.caches[:1]:
         for i, layer in enumerate(getattr(cache, "layers", [])):
             if getattr(layer, "is_sliding", False):
                 for attr in ("keys", "values"):
-                    sliding[f"past_key_values.layers.{i}.{attr}"] = int(getattr(layer, attr).shape[2])
+                    sliding[f"{prefix}.layers.{i}.{attr}"] = int(getattr(layer, attr).shape[2])
     return StaticReference(
         prompt,
         pads,
         capture.tokens,
         capture.logits,
-        [flat_named(c, "past_key_values") for c in capture.caches],
+        [flat_named(c, prefix) for c in capture.caches],
         max_cache_len,
         sliding,
     )

@@ -28,10 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .exported_files import read_exported_program
-from .naming import flat_named, map_tensors
+from .naming import cache_entry, flat_named, map_tensors
 from .worker_threads import ort_session_options
-
-CACHE_ARG = "past_key_values"
 
 
 class GuideError(AssertionError):
@@ -66,12 +64,15 @@ class DynamoGuide:
     def __init__(self, path: Path, batch: int = 1) -> None:
         program = read_exported_program(path)
         self.module = program.module()
-        if program.example_inputs is None or CACHE_ARG not in program.example_inputs[1]:
+        # The cache keyword is the model's own (past_key_values, or cache from transformers 5.25).
+        name, example = cache_entry((program.example_inputs or ((), {}))[1])
+        if name is None:
             raise GuideError(
-                f"the program's example inputs hold no {CACHE_ARG!r} cache to rebuild (it takes "
+                f"the program's example inputs hold no cache to rebuild (it takes "
                 f"{sorted((program.example_inputs or ((), {}))[1])})"
             )
-        self.cache = _zeroed_for_batch(program.example_inputs[1][CACHE_ARG], batch)
+        self.cache_arg: str = name
+        self.cache = _zeroed_for_batch(example, batch)
         lengths = [t.shape[2] for n, t in flat_named(self.cache).items() if t.dim() == 4]
         self.max_cache_len = max(lengths) if lengths else 0
         self._writes: dict[str, int] = {}
@@ -84,16 +85,16 @@ class DynamoGuide:
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=self.cache,
+                **{self.cache_arg: self.cache},
             )
-        returned = out.get(CACHE_ARG) if hasattr(out, "get") else getattr(out, CACHE_ARG, None)
+        returned = out.get(self.cache_arg) if hasattr(out, "get") else getattr(out, self.cache_arg, None)
         self._writes = (
-            {n: t.data_ptr() for n, t in flat_named(returned, CACHE_ARG).items()} if returned is not None else {}
+            {n: t.data_ptr() for n, t in flat_named(returned, self.cache_arg).items()} if returned is not None else {}
         )
         return out["logits"] if hasattr(out, "__getitem__") else out.logits
 
     def cache_tensors(self) -> dict[str, Any]:
-        return flat_named(self.cache, CACHE_ARG)
+        return flat_named(self.cache, self.cache_arg)
 
     def runtime_writes(self) -> dict[str, int]:
         return dict(self._writes)

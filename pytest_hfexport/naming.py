@@ -120,3 +120,19 @@ def map_tensors(value: Any, fn: Callable[[str, Any], Any], prefix: str = "") -> 
     """``value`` with every named tensor replaced by ``fn(name, tensor)`` (objects and mutable containers in place)."""
     new, _ = replace_named(value, {name: fn(name, t) for name, t in flat_named(value, prefix).items()}, prefix)
     return new
+
+
+def cache_entry(values: Mapping[str, Any] | Any) -> tuple[str | None, Any]:
+    """``(name, cache)`` of the transformers cache a call's arguments or a model's output holds, by what the value
+    is, not by a keyword: the name follows the model's own signature (``past_key_values`` before transformers 5.25,
+    ``cache`` from 5.25, a state-space model's ``cache_params``), so the judge's references and loops serve every
+    release of the window. ``(None, None)`` where there is none."""
+    try:
+        from transformers.cache_utils import Cache
+    except ImportError:  # pragma: no cover
+        return None, None
+    items = values.items() if isinstance(values, Mapping) else vars(values).items() if _walkable(values) else ()
+    for name, value in items:
+        if isinstance(value, Cache):
+            return str(name), value
+    return None, None

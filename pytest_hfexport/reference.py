@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .naming import cache_entry
+
 # Components that stand for the top-level model's forward: which of its calls each one is.
 TOP_LEVEL = {"prefill": 0, "decode": 1}
 # A projector is its own component only under one of these names.
@@ -125,7 +127,7 @@ def recording(modules: Mapping[str, Any], keep_caches: bool = False) -> Iterator
     if keep_caches and "model" in modules:
 
         def post(mod: Any, args: tuple, kwargs: dict, output: Any) -> None:
-            cache = getattr(output, "past_key_values", None) or getattr(output, "cache_params", None)
+            cache = cache_entry(output)[1]
             capture.caches.append(copy.deepcopy(cache))
 
         handles.append(modules["model"].register_forward_hook(post, with_kwargs=True))
@@ -174,7 +176,7 @@ def explicit_mask(call: dict[str, Any]) -> None:
     key = "input_ids" if isinstance(call.get("input_ids"), torch.Tensor) else None
     if key is None or call.get("attention_mask") is not None:
         return
-    cache = call.get("past_key_values")
+    cache = cache_entry(call)[1]
     past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
     ids = call[key]
     call["attention_mask"] = torch.ones(ids.shape[0], past + ids.shape[1], dtype=torch.long)

@@ -31,6 +31,7 @@ import torch
 from transformers.cache_utils import DynamicSlidingWindowLayer, StaticLayer
 
 from .registry import register_patch
+from .renames import CACHE_ARGUMENT
 
 
 class FullLengthSlidingWindowLayer(StaticLayer):
@@ -128,7 +129,7 @@ def _window_in_ready_masks(original: Any) -> Any:
 
     def _preprocess_mask_arguments(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs).arguments
-        cache, mask = bound.get("past_key_values"), bound.get("attention_mask")
+        cache, mask = bound.get(CACHE_ARGUMENT.key_in(bound) or ""), bound.get("attention_mask")
         layer = _layer_at(cache, bound.get("layer_idx"))
         if (
             isinstance(layer, DynamicSlidingWindowLayer)

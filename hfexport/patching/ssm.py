@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .registry import register_patch
+from .renames import CACHE_ARGUMENT
 
 # The prefix sums of log(a_t); float64 where the backend has it (see closed_form_scan).
 SCAN_ACCUMULATOR_DTYPE = torch.float64
@@ -123,12 +124,23 @@ def closed_form_scan(
     return y.to(input_dtype), last
 
 
+def _uncount_padding(cache: Any, layer_idx: int, padding: int) -> None:
+    """The prompt's left zero padding is no tokens: transformers 5.25 counts every column update_conv_state
+    sees (LinearAttentionLayer.cumulative_length_linear, a tensor new in 5.25); earlier layers have no count."""
+    layers = getattr(cache, "layers", None) or []
+    counter = getattr(layers[layer_idx], "cumulative_length_linear", None) if layer_idx < len(layers) else None
+    if isinstance(counter, torch.Tensor):
+        counter.sub_(padding)
+
+
 def _mixer_forward(original):
     """MambaMixer/FalconMambaMixer.forward branch on seq_len == 1 and pad short prompts; one size-free path."""
 
     def forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
+        # The block passes the cache as `cache` from transformers 5.25 on (renames.CACHE_ARGUMENT).
+        cache_params = kwargs.pop(CACHE_ARGUMENT.new, None) if cache_params is None else cache_params
         if self.training and cache_params is None:  # the fused kernel path: not an export path
-            return original(self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+            return original(self, hidden_states, attention_mask=attention_mask, **kwargs)
         seq_len = hidden_states.shape[1]
         dtype = hidden_states.dtype
         kernel = self.conv_kernel_size
@@ -142,9 +154,12 @@ def _mixer_forward(original):
         if cache_params is not None:
             recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
             x_cl = x.transpose(1, 2)  # the cache's [b, d, tokens] layout
-            if cache_params.get_conv_state(self.layer_idx, state_idx=0) is None:
+            prompt = cache_params.get_conv_state(self.layer_idx, state_idx=0) is None
+            if prompt:
                 x_cl = F.pad(x_cl, (kernel, 0))  # a prompt: zero left context, always >= kernel long
             full = cache_params.update_conv_state(x_cl, self.layer_idx, conv_kernel_size=kernel)
+            if prompt:
+                _uncount_padding(cache_params, self.layer_idx, kernel)
         else:
             full = F.pad(x.transpose(1, 2), (kernel - 1, 0))
         x = self.act(causal_depthwise_conv(full, self.conv1d, seq_len)).to(dtype)  # [b, L, d]

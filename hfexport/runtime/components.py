@@ -32,6 +32,7 @@ from ..decode_calls import explicit_mask
 from ..dynamo import tensor_inputs
 from ..generation import _bind, _clean
 from ..outputs import spec_leaf_names
+from ..patching.renames import CACHE_ARGUMENT
 from .base import Runner
 
 logger = logging.getLogger(__name__)
@@ -99,8 +100,9 @@ def carry_token_counters(call: Mapping[str, Any], out: Any) -> None:
     sample's value, so a rebuilt cache would report the sample's length from ``get_seq_length()`` at every
     step (and generate() would then build a mask shorter than the cache). The caller's count plus the tokens
     of this call is what eager's ``update`` leaves there."""
-    before = call.get("past_key_values")
-    after = out.get("past_key_values") if isinstance(out, Mapping) else getattr(out, "past_key_values", None)
+    name = CACHE_ARGUMENT.key_in(call) or CACHE_ARGUMENT.current()
+    before = call.get(name)
+    after = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
     ids = call.get("input_ids")
     ids = ids if isinstance(ids, torch.Tensor) else call.get("inputs_embeds")
     if after is None or after is before or not isinstance(ids, torch.Tensor) or ids.dim() < 2:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import HfExportError, RunnerInputError
+from ..patching.renames import KV_CACHE_NAMES
 from .base import Runner
 from .decode import DecodeLoop
 
@@ -242,7 +243,7 @@ class ExecutorchDecodeLoop(DecodeLoop):
         expected = self.runner.expected_inputs()
         recorded = self.runner.io.get("sample_shapes", {})
         self.owned = dict(self.runner.owned)
-        self.cache_names = [n for n in names if n.startswith("past_key_values.")]
+        self.cache_names = [n for n in names if "." in n and n.split(".", 1)[0] in KV_CACHE_NAMES]
         if not self.cache_names and not self.owned:
             raise ValueError(
                 "the decode program takes no cache input; export it with a StaticCache "
