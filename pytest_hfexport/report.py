@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .gate import GateResult, compare, load_rows
+
 STATUSES = ("pass", "fail", "xfail", "xpass", "skip", "unsupported", "error")
 # Worse first: when several tests report the same model/backend/check, the worst status is the cell's.
 _SEVERITY = {"error": 0, "fail": 1, "xpass": 2, "xfail": 3, "unsupported": 4, "skip": 5, "pass": 6}
@@ -86,8 +88,7 @@ class Recorder:
         self.versions = dict(versions)
         self.meta = dict(meta)
         self.rows: dict[str, Row] = {}
-        self.regressions: list[tuple[Row | None, dict]] = []  # (row now, or None when not run; baseline row)
-        self.improvements: list[tuple[Row, dict]] = []
+        self.gate: GateResult | None = None  # set by compare_baseline
         self.declared_gaps: dict[str, str] = {}
         self.started: float | None = None
         self.wall_s: float | None = None
@@ -181,7 +182,8 @@ class Recorder:
             "summary": self.counts(),
             "by_stage": self.by_stage(),
             "declared_gaps": self.declared_gaps,
-            "regressions": [list(_baseline_key(before)) for _, before in self.regressions],
+            "regressions": [list(c.key) for c in self.gate.regressions] if self.gate else [],
+            "gate": self.gate.to_json() if self.gate else None,
             "rows": [asdict(r) for r in self.rows.values()],
         }
 
@@ -192,18 +194,12 @@ class Recorder:
         tmp.write_text(json.dumps(self.to_json(), indent=2, default=str))
         tmp.replace(path)
 
-    def compare_baseline(self, baseline: Mapping[tuple[str, str, str], dict]) -> None:
-        """A row that passed there and does not pass now is a regression: it fails, errors, xfails, is
-        unsupported or skipped, or was not run at all. Failed there and passes now: an improvement."""
-        now = self.merged()
-        self.regressions, self.improvements = [], []
-        for key, before in baseline.items():
-            row = now.get(key)
-            passed_before = before.get("status") in ("pass", "xpass")
-            if passed_before and (row is None or row.status not in ("pass", "xpass")):
-                self.regressions.append((row, before))
-            elif row is not None and before.get("status") in BAD and row.status in ("pass", "xpass"):
-                self.improvements.append((row, before))
+    def compare_baseline(self, baseline: Mapping[tuple[str, str, str], dict]) -> GateResult:
+        """The gate (``gate.compare``): a row that passed there and does not pass now is a regression (it fails,
+        errors, xfails, is unsupported or skipped, or was not run at all); failed there and passes now, an
+        improvement; rows new and gone are listed apart."""
+        self.gate = compare({key: asdict(row) for key, row in self.merged().items()}, baseline)
+        return self.gate
 
     # -- terminal --------------------------------------------------------------------------------
     def matrix_lines(self, backends: Iterable[str]) -> list[str]:
@@ -279,10 +275,6 @@ def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False)
     ]
 
 
-def _baseline_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (str(row.get("model")), str(row.get("backend")), str(row.get("check", "export")))
-
-
 def _first_line(report: Any) -> str:
     text = _reason(report) if report.longrepr is not None else ""
     crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
@@ -290,16 +282,5 @@ def _first_line(report: Any) -> str:
 
 
 def load_baseline(path: str | Path) -> dict[tuple[str, str, str], dict]:
-    """Rows of an earlier report (this plugin's JSON, or a bare list of rows such as ``conformance.matrix --json``
-    writes; rows without a check count as ``export``), keyed by model/backend/check."""
-    data = json.loads(Path(path).read_text())
-    rows = data.get("rows", []) if isinstance(data, dict) else data
-    if not isinstance(rows, list):
-        raise ValueError(f"{path}: expected a report with 'rows' or a list of rows")
-    out: dict[tuple[str, str, str], dict] = {}
-    for row in rows:
-        key = (str(row["model"]), str(row["backend"]), str(row.get("check", "export")))
-        current = out.get(key)
-        if current is None or _SEVERITY.get(str(row.get("status")), 9) < _SEVERITY.get(str(current.get("status")), 9):
-            out[key] = row
-    return out
+    """Rows of an earlier report keyed by model/backend/check (``gate.load_rows``)."""
+    return load_rows(path)

@@ -79,8 +79,8 @@ class _Controller:
         settings, recorder = settings_of(self.config), self.config.stash[RECORDER]
         recorder.finish()
         if settings.baseline:
-            recorder.compare_baseline(report_mod.load_baseline(settings.baseline))
-            if recorder.regressions and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            gate = recorder.compare_baseline(report_mod.load_baseline(settings.baseline))
+            if gate.failed and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if settings.report:
             recorder.write(settings.report)
@@ -103,23 +103,13 @@ class _Controller:
                 tr.write_line("failures by stage: " + ", ".join(f"{s}: {n}" for s, n in stages.items()))
             for capability, reason in recorder.declared_gaps.items():
                 tr.write_line(f"declared gap of {settings.impl}: {capability}: {reason}")
-        if settings.baseline:
+        if settings.baseline and recorder.gate is not None:
             tr.write_sep("=", f"hfexport baseline {settings.baseline}")
-            for row, before in recorder.regressions:
-                status = row.status if row is not None else "not run"
-                key = (
-                    "/".join(row.key)
-                    if row is not None
-                    else "/".join(str(before.get(k)) for k in ("model", "backend", "check"))
-                )
-                tr.write_line(
-                    f"REGRESSION {key}: {before.get('status')} -> {status}"
-                    + (f" [{row.stage}]" if row is not None and row.stage else "")
-                    + (f" {row.nodeid}" if row is not None else ""),
-                    red=True,
-                )
-            for row, before in recorder.improvements:
-                tr.write_line(f"improvement {'/'.join(row.key)}: {before.get('status')} -> {row.status}", green=True)
-            tr.write_line(f"{len(recorder.regressions)} regression(s), {len(recorder.improvements)} improvement(s)")
+            gate = recorder.gate
+            for line in gate.summary_lines():
+                tr.write_line(line, red=gate.failed)
+            for colour, line in gate.row_lines():
+                tr.write_line(line, **({colour: True} if colour else {}))
+            tr.write_line(gate.count_line())
         if settings.report:
             tr.write_line(f"hfexport report: {settings.report}")
