@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 _PINNED = re.compile(r"L\['(\w+)'\]\.size\(\)\[0\] (?:== 1|<= 1|< 2)")
 
 
+# What guard code may call: torch 2.14 writes sym_min/sym_max into guards on sizes (torch.sym_min of ints is min).
+_GUARD_GLOBALS = {"__builtins__": {}, "max": max, "min": min, "abs": abs, "torch": torch}
+
+
 def pinned_batch_inputs(program: torch.export.ExportedProgram) -> list[str]:
     """Inputs whose leading axis the program accepts only at size 1."""
     return sorted({m.group(1) for g in getattr(program, "_guards_code", []) or [] if (m := _PINNED.fullmatch(g))})
@@ -48,7 +52,7 @@ def accept_batch_one(program: torch.export.ExportedProgram, names: list[str], sa
         if not any(f"L['{name}'].size()[0]" in guard for name in names):
             return False
         try:
-            return not eval(guard, {"__builtins__": {}, "max": max, "min": min, "abs": abs}, {"L": sample})  # noqa: S307
+            return not eval(guard, _GUARD_GLOBALS, {"L": sample})  # noqa: S307
         except Exception:
             return False
 

@@ -25,7 +25,8 @@ PASSED = ("pass", "xpass")
 BAD = ("fail", "error", "xfail")
 BACKEND_WORDS = ("dynamo", "onnx", "executorch")
 
-_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?(0x[0-9a-fA-F]+|\d+(\.\d+)?([eE][-+]?\d+)?)")
+# A number standing alone (not the digits of a name such as float32 or cu126); a sign is kept as written.
+_NUMBER = re.compile(r"(?<![A-Za-z_0-9])(0x[0-9a-fA-F]+|\d+(\.\d+)?([eE][-+]?\d+)?)(?![A-Za-z_])")
 _BACKEND = re.compile(r"\b(" + "|".join(BACKEND_WORDS) + r")\b", re.IGNORECASE)
 _LIST = re.compile(r"\[('[^']*'(, )?)+\]")
 _SPACE = re.compile(r"\s+")

@@ -98,3 +98,17 @@ def test_guards_dropped_by_the_retrace_stay_dropped_after_functionalisation(tmp_
         for served in (program, loaded):
             steps = torch.zeros(1, dtype=torch.long)
             torch.testing.assert_close(served.module()(hidden=hidden, steps=steps), expected)
+
+
+def test_a_guard_written_with_sym_min_is_evaluated_at_the_sample() -> None:
+    """torch 2.14 writes a batch-2 trace's `batch != 1` guard through torch.sym_min (Funnel's pooling); a guard the
+    batch-1 sample fails must be dropped, so it must evaluate rather than count as 'cannot tell' and stay."""
+    from types import SimpleNamespace
+
+    from hfexport.batch_retrace import accept_batch_one
+
+    guard = "(L['x'].size()[0]*(1 + torch.sym_min(L['x'].size()[1], 3))) != (1 + torch.sym_min(L['x'].size()[1], 3))"
+    kept = "L['x'].size()[1] > 2"
+    program = SimpleNamespace(_guards_code=[guard, kept], graph=SimpleNamespace(nodes=[]), range_constraints={})
+    assert accept_batch_one(program, ["x"], {"x": torch.zeros(1, 6)}) == [guard]
+    assert program._guards_code == [kept]

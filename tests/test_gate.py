@@ -46,6 +46,9 @@ def test_normalise_folds_numbers_backends_and_quoted_lists():
     )
     assert gate.normalise(RENAMED) == gate.normalise(RENAMED.replace("'a', 'b'", "'c'"))
     assert gate.normalise("error 0x12") == "error N"
+    assert gate.normalise("'logits' shape (1, 128) float32: max abs error 6.064e-02") == (
+        "'logits' shape (N, N) float32: max abs error N"
+    )
 
 
 def test_regressions_grouped_by_cause_most_rows_first_with_an_example(tmp_path):
