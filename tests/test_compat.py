@@ -74,3 +74,23 @@ def test_the_ci_matrix_steps_run_as_written(tmp_path):
     assert results[first]["gate"]["regressions"] == 0 and results[first]["summary"]["pass"] > 0
     assert f"| {first} |" in (tmp_path / "docs" / "compatibility.md").read_text()
     assert shlex.split(pinned)[0] == "make"
+
+
+@pytest.mark.hfexport_slow
+def test_a_real_bump_between_two_installed_stacks_is_gated(tmp_path):
+    """The downstream example on the pinned stack, then in the transformers-5.25 stack's own environment (built by
+    `make compat`, kept in .venvs/) gated against the first report: a real upgrade, not a simulated regression.
+    The two reports carry the two transformers releases, and the gate passes because every row still passes."""
+    new = compat.ensure_venv("transformers-5.25", ROOT / ".venvs")
+    args = ["-m", "pytest", "examples/downstream", "-p", "no:cacheprovider", "--hfexport-backend=dynamo,onnx"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    done = subprocess.run([compat.sys.executable, *args, f"--hfexport-report={before}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:]
+    done = subprocess.run([str(new), *args, f"--hfexport-report={after}", f"--hfexport-baseline={before}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "0 regression(s) from 0 cause(s)" in done.stdout
+    versions = [json.loads(p.read_text())["versions"]["transformers"] for p in (before, after)]
+    assert versions == [compat.read_constraints()["transformers"], "5.25.0"]

@@ -46,14 +46,24 @@ def backend_status() -> list[dict[str, Any]]:
 
 def cmd_env(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[str, Any]]:
     from .. import __version__
-    from ..environment import environment_report
+    from ..environment import environment_report, in_window, read_window
+
+    window = read_window()["packages"]
+
+    def status(p: Any) -> str:
+        if p.missing:
+            return "missing"
+        if not p.drift:
+            return "ok"
+        return "in window" if in_window(p.name, p.installed) else "OUTSIDE window"
 
     packages = [
         {
             "package": p.name,
             "pinned": p.pinned,
             "installed": p.installed,
-            "status": "missing" if p.missing else ("DRIFT" if p.drift else "ok"),
+            "window": " to ".join(window[p.name]["window"]) if p.name in window else None,
+            "status": status(p),
         }
         for p in environment_report()
     ]
@@ -69,13 +79,18 @@ def format_env(result: Mapping[str, Any]) -> str:
     lines = [
         f"hfexport {result['hfexport']} on Python {result['python']}",
         "",
-        f"{'package':<16} {'pinned':<12} {'installed':<16} status",
+        f"{'package':<16} {'pinned':<12} {'installed':<16} {'tested window':<22} status",
     ]
     for p in result["packages"]:
-        lines.append(f"{p['package']:<16} {p['pinned'] or '-':<12} {p['installed'] or '-':<16} {p['status']}")
-    drift = [p["package"] for p in result["packages"] if p["status"] != "ok"]
-    if drift:
-        lines.append(f"drift from the tested pins: {', '.join(drift)} (exports usually still work; pin for production)")
+        lines.append(
+            f"{p['package']:<16} {p['pinned'] or '-':<12} {p['installed'] or '-':<16} {p.get('window') or '-':<22} "
+            f"{p['status']}"
+        )
+    outside = [p["package"] for p in result["packages"] if p["status"] == "OUTSIDE window"]
+    if outside:
+        lines.append(
+            f"outside the tested window: {', '.join(outside)} (exports usually still work; docs/compatibility.md)"
+        )
     lines += ["", f"{'backend':<11} {'usable':<7} {'environment':<40} decode loop"]
     for b in result["backends"]:
         env = b["environment"] if len(b["environment"]) <= 40 else b["environment"][:37] + "..."
