@@ -94,3 +94,16 @@ def test_a_real_bump_between_two_installed_stacks_is_gated(tmp_path):
     assert "0 regression(s) from 0 cause(s)" in done.stdout
     versions = [json.loads(p.read_text())["versions"]["transformers"] for p in (before, after)]
     assert versions == [compat.read_constraints()["transformers"], "5.25.0"]
+
+
+@pytest.mark.hfexport_slow
+@pytest.mark.parametrize("stack", ["transformers-5.25", "torch-2.14"])
+def test_installing_into_a_stack_of_the_window_moves_nothing(stack):
+    """pip, asked to install hfexport with every extra into an environment of the window, would install hfexport
+    and nothing else: no torch, transformers, ONNX or ExecuTorch release is replaced."""
+    python = compat.ensure_venv(stack, ROOT / ".venvs")
+    done = subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "-e", ".[all,test]"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    would = [line for line in done.stdout.splitlines() if line.startswith("Would install")]
+    assert would == ["Would install hfexport-0.1.0"], done.stdout[-3000:]
