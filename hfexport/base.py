@@ -14,12 +14,27 @@ from typing import Any, ClassVar
 
 from . import environment
 from .configs import ExportConfigMixin, ExportFormat
+from .quiet import quieted
 from .registry import exporter_base
 
 logger = logging.getLogger(__name__)
 
 # Exporter classes that already logged a version drift in this process.
 _DRIFT_WARNED: set[type] = set()
+
+
+# What a user calls: each runs inside quiet.quiet(), so third-party noise that hfexport's own work causes stays off
+# the user's terminal (and only for the duration of the call).
+QUIET_ENTRY_POINTS = ("export", "export_for_generation", "save", "load")
+
+
+def _quiet_entry_points(cls: type) -> None:
+    for name in QUIET_ENTRY_POINTS:
+        attr = cls.__dict__.get(name)
+        if isinstance(attr, (classmethod, staticmethod)):
+            setattr(cls, name, type(attr)(quieted(attr.__func__)))
+        elif callable(attr) and not getattr(attr, "__isabstractmethod__", False):
+            setattr(cls, name, quieted(attr))
 
 
 @exporter_base
@@ -41,6 +56,7 @@ class HfExporter(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _quiet_entry_points(cls)
         if "tested_versions" not in cls.__dict__:
             pins, window = environment.read_pins(), environment.read_window()["packages"]
             cls.tested_versions = {p: pins[p] for p in cls.required_packages if p in pins}

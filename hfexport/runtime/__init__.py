@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..quiet import quieted
 from .base import Runner
 from .dynamo import DynamoRunner
 
@@ -32,6 +33,7 @@ def _import(spec: str) -> Any:  # a Runner subclass
     return getattr(importlib.import_module(module), name)
 
 
+@quieted
 def load(path: str | Path, **options: Any) -> Runner:
     suffix = Path(path).suffix
     if suffix not in RUNNERS_BY_SUFFIX:
@@ -41,6 +43,7 @@ def load(path: str | Path, **options: Any) -> Runner:
     return _import(RUNNERS_BY_SUFFIX[suffix])(str(path), **options)
 
 
+@quieted
 def runner_for(program: Any, backend: str, **options: Any) -> Runner:
     if backend not in RUNNERS_BY_BACKEND:
         raise ValueError(f"unknown backend {backend!r}; known: {sorted(RUNNERS_BY_BACKEND)}")
