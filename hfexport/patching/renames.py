@@ -67,6 +67,19 @@ CACHE_ARGUMENT = register_rename(
         "stay deprecated aliases (deprecate_kwarg) until 5.40/6.0",
     )
 )
+STATE_GETTERS = register_rename(
+    Rename(
+        what="how a state-space cache hands out a layer's conv and recurrent state (None before its first update)",
+        old=("layers[i].conv_states[0] / layers[i].recurrent_states[0], behind has_previous_state(i)",),
+        new="get_conv_state(i) / get_recurrent_state(i)",
+        package="transformers",
+        since="5.23.0",
+        change="transformers 5.23 added Cache.get_conv_state and Cache.get_recurrent_state; 5.20 to 5.22 keep the "
+        "states in the layer's conv_states/recurrent_states lists",
+    )
+)
+
+
 # The names an attention (key/value) cache input takes across the window: before 5.25 ``past_key_values``,
 # from 5.25 ``cache`` (a state-space model's ``cache_params`` is not a KV cache).
 KV_CACHE_NAMES = ("past_key_values", CACHE_ARGUMENT.new)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .registry import register_patch
-from .renames import CACHE_ARGUMENT
+from .renames import CACHE_ARGUMENT, STATE_GETTERS
 
 # The prefix sums of log(a_t); float64 where the backend has it (see closed_form_scan).
 SCAN_ACCUMULATOR_DTYPE = torch.float64
@@ -124,6 +124,15 @@ def closed_form_scan(
     return y.to(input_dtype), last
 
 
+def _state(cache: Any, layer_idx: int, kind: str) -> torch.Tensor | None:
+    """The layer's ``kind`` ("conv" or "recurrent") state, None before its first update (renames.STATE_GETTERS)."""
+    if STATE_GETTERS.applies:
+        return getattr(cache, f"get_{kind}_state")(layer_idx, state_idx=0)
+    if not cache.has_previous_state(layer_idx):
+        return None
+    return getattr(cache.layers[layer_idx], f"{kind}_states")[0]
+
+
 def _uncount_padding(cache: Any, layer_idx: int, padding: int) -> None:
     """The prompt's left zero padding is no tokens: transformers 5.25 counts every column update_conv_state
     sees (LinearAttentionLayer.cumulative_length_linear, a tensor new in 5.25); earlier layers have no count."""
@@ -152,9 +161,9 @@ def _mixer_forward(original):
         # 1. causal conv over [conv state or zeros, new tokens]; the cache keeps the last `kernel` tokens
         recurrent_state = None
         if cache_params is not None:
-            recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
+            recurrent_state = _state(cache_params, self.layer_idx, "recurrent")
             x_cl = x.transpose(1, 2)  # the cache's [b, d, tokens] layout
-            prompt = cache_params.get_conv_state(self.layer_idx, state_idx=0) is None
+            prompt = _state(cache_params, self.layer_idx, "conv") is None
             if prompt:
                 x_cl = F.pad(x_cl, (kernel, 0))  # a prompt: zero left context, always >= kernel long
             full = cache_params.update_conv_state(x_cl, self.layer_idx, conv_kernel_size=kernel)
