@@ -48,8 +48,12 @@ COUNTERS_FROM_TENSORS = {
 # Attributes of a cache class (or a subclass) that come first, in the model's own order: the rest follow sorted
 # by name (a copy may reorder ``__dict__``). Tensors leave a program in this order, and a positional caller (an
 # ExecuTorch method's outputs carry no names) reads them in the model's order, where sorting would reverse it: an
-# EncoderDecoderCache holds its self-attention cache before its cross-attention one.
-ATTRIBUTES_FIRST = {"EncoderDecoderCache": ("self_attention_cache", "cross_attention_cache")}
+# EncoderDecoderCache holds its self-attention cache before its cross-attention one; a state-space layer its conv
+# and recurrent states before the token count transformers 5.25 added (cumulative_length_linear, a tensor).
+ATTRIBUTES_FIRST = {
+    "EncoderDecoderCache": ("self_attention_cache", "cross_attention_cache"),
+    "LinearAttentionCacheLayerMixin": ("conv_states", "recurrent_states"),
+}
 # Attributes that never travel (runtime-only handles, and the record of recomputed counters).
 _RECOMPUTED = "_hfexport_recomputed_counters"
 SKIPPED_ATTRIBUTES = {"prefetch_stream", _RECOMPUTED}
