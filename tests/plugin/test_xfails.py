@@ -62,3 +62,24 @@ def test_bad_files_are_usage_errors(pytester, text, message):
     result = pytester.runpytest_inprocess("--hfexport-xfails=bad.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_an_entry_for_some_releases_applies_only_where_its_condition_holds(tmp_path):
+    """`when` makes one known-failures file serve every stack of the window: the entry is in force on the
+    releases it names and absent elsewhere (where a strict xfail would otherwise fail as XPASS)."""
+    import importlib.metadata
+
+    from pytest_hfexport import xfails
+
+    torch_version = importlib.metadata.version("torch").split("+")[0]
+    path = tmp_path / "kf.toml"
+    path.write_text(
+        f'"a/onnx/export" = {{ reason = "on this torch", when = "torch=={torch_version}" }}\n'
+        '"b/onnx/export" = { reason = "on a torch to come", when = "torch>=99" }\n'
+        '"c/onnx/export" = { reason = "both must hold", when = "torch>=1; transformers>=99" }\n'
+        '"d/onnx/export" = "always"\n'
+    )
+    assert xfails.load(path) == {"a/onnx/export": "on this torch", "d/onnx/export": "always"}
+    path.write_text('"a/onnx/export" = { reason = "x", when = "torch>>1" }\n')
+    with pytest.raises(xfails.XfailFileError, match="when"):
+        xfails.load(path)
