@@ -112,6 +112,14 @@ def padding_mask(call: Mapping[str, Any], user_mask: torch.Tensor | None) -> tor
     return torch.cat([prompt, prompt.new_ones(batch, query)], dim=1)
 
 
+def _no_mask(mask: Any) -> bool:
+    """No mask at all: None, or a mapping per layer type whose entries are all None (generate() passes
+    ``{'full_attention': None}`` to a static-cache prefill of a model with ``layer_types``, such as qwen3, where the
+    attention is plain causal). Dropped as a non-tensor constant, such a mapping left the exported prefill with no
+    mask input, computing another attention than eager's."""
+    return mask is None or (isinstance(mask, Mapping) and all(value is None for value in mask.values()))
+
+
 def explicit_mask(call: dict[str, Any], accepts_mask: bool) -> dict[str, Any]:
     """The call with the padding mask a caller passes: generate() drops an all-ones mask (batch 1, no padding)
     before it calls the model, and a graph traced without a mask input cannot serve a padded batch.
@@ -122,7 +130,7 @@ def explicit_mask(call: dict[str, Any], accepts_mask: bool) -> dict[str, Any]:
     positions of the current tokens, and generate() passes it whenever the caller gave one.
     """
     ids = call.get("input_ids")
-    if not accepts_mask or not isinstance(ids, torch.Tensor) or call.get("attention_mask") is not None:
+    if not accepts_mask or not isinstance(ids, torch.Tensor) or not _no_mask(call.get("attention_mask")):
         return call
     if _recurrent_only(call.get(CACHE_ARGUMENT.key_in(call) or "")):
         return call
@@ -158,6 +166,20 @@ def cache_slot_mask(
     if dtype == torch.bool:
         return mask
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def one_static_mask(call: dict[str, Any]) -> dict[str, Any]:
+    """A static-cache call with generate()'s masks per layer type (``{'full_attention': 4D, 'sliding_attention':
+    4D}``, qwen3 and gemma3) as the one 4D mask a static graph takes: the full-attention entry (any entry where
+    the model has no full-attention layer); sliding layers derive their window from it inside the graph
+    (``patching.sliding_window``). Other calls are returned as they are."""
+    mask = call.get("attention_mask")
+    if static_cache_of(call) is None or not isinstance(mask, Mapping):
+        return call
+    tensors = [m for m in mask.values() if isinstance(m, torch.Tensor)]
+    full = mask.get("full_attention")
+    chosen = full if isinstance(full, torch.Tensor) else (tensors[0] if tensors else None)
+    return call if chosen is None else {**call, "attention_mask": chosen}
 
 
 def static_decode_call(call: dict[str, Any], user_mask: torch.Tensor | None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ..decode_calls import explicit_mask
+from ..decode_calls import explicit_mask, one_static_mask
 from ..dynamo import tensor_inputs
 from ..generation import _bind, _clean
 from ..outputs import spec_leaf_names
@@ -140,8 +140,11 @@ class ExportedGenerate:
 
     def _serve(self, name: str, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         call = _clean(_bind(module, args, kwargs))
-        # generate() drops an all-ones mask; the artifact was exported with the explicit one (decompose_for_generation)
-        inputs = tensor_inputs(explicit_mask(call, "attention_mask" in self.runners[name].input_names))
+        # generate() drops an all-ones mask, and gives a static cache's call its masks per layer type: an artifact that
+        # takes one mask was exported with the explicit one (decompose_for_generation)
+        takes_one_mask = "attention_mask" in self.runners[name].input_names
+        call = explicit_mask(call, takes_one_mask)
+        inputs = tensor_inputs(one_static_mask(call) if takes_one_mask else call)
         self.calls[name] += 1
         out = self.rebuilders[name](self.runners[name](inputs), name)
         carry_token_counters(call, out)
