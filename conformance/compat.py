@@ -215,8 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SUMMARY",
         help="fold the <stack>.summary.json files that jobs of a CI matrix wrote into the results, then write the page",
     )
-    parser.add_argument("--regate", action="store_true", help="gate every kept stack report in --out against the "
-                        "pinned stack's report there again (after a new pinned run), then write the page")
+    parser.add_argument(
+        "--regate",
+        action="store_true",
+        help="gate every kept stack report in --out against the "
+        "pinned stack's report there again (after a new pinned run), then write the page",
+    )
     parser.add_argument("--build-only", action="store_true", help="build the stacks' environments, run nothing")
     args = parser.parse_args(argv)
     window = read_window()
@@ -231,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         for stack, entry in results.items():
             if stack != PINNED and (out / f"{stack}.json").exists():
                 results[stack] = summarise(
-                    stack, out / f"{stack}.json", out / f"{PINNED}.json", entry["wall_s"], entry["exit_code"],
+                    stack,
+                    out / f"{stack}.json",
+                    out / f"{PINNED}.json",
+                    entry["wall_s"],
+                    entry["exit_code"],
                     entry["command"],
                 )
         write_results(results)

@@ -185,6 +185,13 @@ DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
         for backend in ("dynamo", "onnx", "executorch")
         for check in ("static_cache", "static_cache_batch", "static_cache_in_place")
     },
+    # The static prefill on generate()'s own call; qwen3 is the layer_types model whose prefill gets
+    # {'full_attention': None} from generate().
+    **{
+        (check, backend): STATIC_CACHE_ENTRIES | {"qwen3"}
+        for backend in ("dynamo", "onnx", "executorch")
+        for check in ("static_prefill",)
+    },
     **{
         (check, backend): {"llama", "gemma3", "qwen3_moe", "t5", "mamba"}
         for backend in ("dynamo", "onnx")

@@ -8,13 +8,17 @@
 * ``static_cache_batch``: the same at batch 2 with left padding;
 * ``static_cache_in_place``: the implementation's own decode loop over the same artifact: same tokens and
   cache, and every step's cache written by the runtime into the caller's memory (addresses read from the
-  runtime's own output objects; a loop that copies results back fails).
+  runtime's own output objects; a loop that copies results back fails);
+* ``static_prefill``: the ``prefill`` component of the same export on the call a static-cache generate() makes
+  (its mask as generate() gives it, per layer type where the model has ``layer_types``), against eager.
 """
 
 import pytest
 
 from conformance.conftest import MAX_CACHE_LEN, NEW_TOKENS, entry_params, static_options
+from conformance.judge import assert_matches
 from pytest_hfexport.decoding import drive, schedule, static_reference
+from pytest_hfexport.reference import capture_generation
 from pytest_hfexport.guide import open_guide
 
 
@@ -54,3 +58,16 @@ def test_implementation_loop_updates_the_cache_in_place(entry, exported, hfexpor
     loop.reset()
     ref = static_reference(result.model, result.inputs, NEW_TOKENS, MAX_CACHE_LEN)
     drive(loop, ref, hfexport_backend, schedule(NEW_TOKENS), label=f"{adapter.name}'s loop, ")
+
+
+@pytest.mark.parametrize("entry", entry_params("static_cache", key="static_prefill"))
+def test_static_prefill_matches_eager_on_generates_call(entry, exported, hfexport_implementation, hfexport_backend):
+    result = static_export(exported, hfexport_implementation, hfexport_backend, entry)
+    capture = capture_generation(result.model, result.inputs, 2, static_options()["generation_config"])
+    assert_matches(
+        result.model,
+        capture.call("prefill"),
+        result.runners["prefill"],
+        hfexport_backend,
+        "static-cache prefill on generate()'s call",
+    )

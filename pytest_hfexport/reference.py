@@ -174,7 +174,10 @@ def explicit_mask(call: dict[str, Any]) -> None:
     import torch
 
     key = "input_ids" if isinstance(call.get("input_ids"), torch.Tensor) else None
-    if key is None or call.get("attention_mask") is not None:
+    mask = call.get("attention_mask")
+    # A mapping per layer type whose entries are all None (a static-cache prefill of a model with layer_types) is
+    # no mask either: generate() leaves the attention plain causal.
+    if key is None or not (mask is None or (isinstance(mask, Mapping) and all(v is None for v in mask.values()))):
         return
     cache = cache_entry(call)[1]
     past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0

@@ -35,6 +35,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "serve_partly_eager": ("dynamo", "test_served_components_generate_eager_tokens and llama", {"generation_tokens"}),
     "fixed_query_decode": ("dynamo", "test_one_decode_graph and llama", {"multi_token_decode"}),
     "maskless_static_decode": ("dynamo", "test_guide_loop_matches and llama", {"static_cache"}),
+    "maskless_static_prefill": ("dynamo", "test_static_prefill and qwen3", {"static_prefill"}),
     "copying_loop": ("onnx", "test_implementation_loop and llama", {"static_cache_in_place"}),
     "hook_left_behind": ("dynamo", HYGIENE, {"hygiene"}),
     "grad_mode_left_off": ("dynamo", HYGIENE, {"hygiene"}),
