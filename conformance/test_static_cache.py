@@ -18,8 +18,8 @@ import pytest
 from conformance.conftest import MAX_CACHE_LEN, NEW_TOKENS, entry_params, static_options
 from conformance.judge import assert_matches
 from pytest_hfexport.decoding import drive, schedule, static_reference
-from pytest_hfexport.reference import capture_generation
 from pytest_hfexport.guide import open_guide
+from pytest_hfexport.reference import capture_generation
 
 
 def static_export(exported, adapter, backend, entry):
