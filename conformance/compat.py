@@ -173,7 +173,7 @@ def page(results: dict[str, Any], window: dict[str, Any]) -> str:
         "",
         "## Stacks",
         "",
-        "| stack | releases | rows pass / fail / xfail / unsupported | regressions | default tier wall time |",
+        "| stack | releases | tests pass / fail / xfail / skipped or unsupported | regressions | default tier wall |",
         "|---|---|---|---|---|",
     ]
     for stack in window["stacks"]:
