@@ -67,6 +67,24 @@ def installed_version(package: str) -> str | None:
         return None
 
 
+def holds(when: str | None) -> bool:
+    """Does every requirement of ``when`` ("onnxscript<0.7", several joined by ";") hold for what is installed?
+
+    The version condition of a registry entry (a patch or fix that answers one upstream release's behaviour):
+    None holds everywhere; a package that is not installed does not satisfy a condition on it.
+    """
+    if when is None:
+        return True
+    from packaging.requirements import Requirement
+
+    for part in (p.strip() for p in when.split(";") if p.strip()):
+        requirement = Requirement(part)
+        installed = installed_version(requirement.name)
+        if installed is None or not requirement.specifier.contains(strip_local(installed), prereleases=True):
+            return False
+    return True
+
+
 def is_importable(package: str) -> bool:
     try:
         return importlib.util.find_spec(package) is not None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import _reason_of, register_fx_program_fix
+from .registry import _reason_of, register_fx_node_fix, register_fx_program_fix
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,72 @@ def _contiguous_before_reshape_of_layout_change(program: Any) -> None:
     if changed:
         graph.lint()
         program.graph_module.recompile()
+
+
+def _sizes_of(graph: Any, tensor: Any) -> list[Any]:
+    """One ``aten.sym_size.int`` node per axis of ``tensor`` (a node with a ``val``): its shape, symbolic or not."""
+    import torch
+
+    sizes = []
+    for axis, size in enumerate(tensor.meta["val"].shape):
+        node = graph.call_function(torch.ops.aten.sym_size.int, (tensor, axis))
+        node.meta["val"] = size
+        sizes.append(node)
+    return sizes
+
+
+@register_fx_node_fix(
+    "onnx",
+    when="onnxscript<0.7",
+    reason="onnxscript 0.6's aten_masked_scatter expands the mask only when its rank is lower than self's, so a "
+    "same-rank broadcast mask ((1, S, 1) against (1, S, D): the image placeholders of llava and qwen2_vl) scatters "
+    "a subset of the positions and the logits differ silently (pytorch/pytorch#186146; onnxscript 0.7 expands both "
+    "ways). Expand the mask to self's shape first.",
+)
+def _masked_scatter_with_a_full_mask(graph_module: Any, node: Any) -> bool:
+    import torch
+
+    if node.op != "call_function" or node.target is not torch.ops.aten.masked_scatter.default:
+        return False
+    self, mask = node.args[0], node.args[1]
+    self_val, mask_val = self.meta.get("val"), mask.meta.get("val")
+    if self_val is None or mask_val is None or tuple(mask_val.shape) == tuple(self_val.shape):
+        return False
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        full = graph.call_function(torch.ops.aten.expand.default, (mask, _sizes_of(graph, self)))
+    full.meta["val"] = mask_val.expand(self_val.shape)
+    node.replace_input_with(mask, full)
+    return True
+
+
+@register_fx_node_fix(
+    "onnx",
+    when="onnxscript<0.7",
+    reason="onnxscript 0.6's aten_slice_scatter unsqueezes start and end even when they are None (an Unsqueeze "
+    "with no input: constant folding fails on funnel with 'Bitwidth not available for ONNX data type: STRING', "
+    "and without folding the model is invalid); onnxscript 0.7 defaults them. Pass 0 and the axis size.",
+)
+def _slice_scatter_with_explicit_bounds(graph_module: Any, node: Any) -> bool:
+    import torch
+
+    if node.op != "call_function" or node.target is not torch.ops.aten.slice_scatter.default:
+        return False
+    args = list(node.args) + [None] * (6 - len(node.args))
+    self, src, dim, start, end, step = args
+    dim = 0 if dim is None else dim
+    start = node.kwargs.get("start", start)
+    end = node.kwargs.get("end", end)
+    if start is not None and end is not None:
+        return False
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        if end is None:
+            end = graph.call_function(torch.ops.aten.sym_size.int, (self, dim))
+            end.meta["val"] = self.meta["val"].shape[dim]
+    node.args = (self, src, dim, 0 if start is None else start, end, 1 if step is None else step)
+    node.kwargs = {}
+    return True
 
 
 @register_onnx_translation(

@@ -4,6 +4,10 @@ A patch is a reversible attribute swap that lives only inside an export; an FX
 node fix rewrites one node of a traced graph; an FX program fix rewrites a whole
 ExportedProgram. Each entry carries a one-line reason: which upstream bug or
 pattern it works around and how to tell it can go. Modeling code is never edited.
+
+An entry that answers one upstream release's behaviour carries ``when``, the releases it applies to
+("onnxscript<0.7"): it is skipped elsewhere, so the code base serves the whole tested window
+(``hfexport/pins/window.toml``) and the entry can go once the window no longer holds such a release.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import environment
+
 logger = logging.getLogger(__name__)
 
 _MISSING = object()
@@ -27,6 +33,11 @@ class Patch:
     path: str
     factory: Callable[[Any], Any]  # factory(original) -> replacement
     reason: str
+    when: str | None = None
+
+    @property
+    def applies(self) -> bool:
+        return environment.holds(self.when)
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,11 @@ class Fix:
     backend: str
     fn: Callable
     reason: str
+    when: str | None = None
+
+    @property
+    def applies(self) -> bool:
+        return environment.holds(self.when)
 
 
 PATCHES: dict[str, list[Patch]] = {}
@@ -52,7 +68,7 @@ def _reason_of(fn: Callable, reason: str | None) -> str:
     return text
 
 
-def register_patch(backend: str, *paths: str, reason: str | None = None) -> Callable:
+def register_patch(backend: str, *paths: str, reason: str | None = None, when: str | None = None) -> Callable:
     """Register ``factory(original) -> replacement`` for each dotted path, installed only during exports."""
     if not paths:
         raise ValueError("register_patch needs at least one dotted path, e.g. 'torch.nn.functional.pad'")
@@ -60,27 +76,27 @@ def register_patch(backend: str, *paths: str, reason: str | None = None) -> Call
     def decorator(factory: Callable) -> Callable:
         why = _reason_of(factory, reason)
         for path in paths:
-            PATCHES.setdefault(backend, []).append(Patch(backend, path, factory, why))
+            PATCHES.setdefault(backend, []).append(Patch(backend, path, factory, why, when))
         return factory
 
     return decorator
 
 
-def register_fx_node_fix(backend: str, reason: str | None = None) -> Callable:
-    """Register ``fix(graph_module, node) -> bool`` (True when it rewrote the node)."""
+def register_fx_node_fix(backend: str, reason: str | None = None, when: str | None = None) -> Callable:
+    """Register ``fix(graph_module, node) -> bool`` (True when it rewrote the node), for the releases ``when``."""
 
     def decorator(fn: Callable) -> Callable:
-        FX_NODE_FIXES.setdefault(backend, []).append(Fix(backend, fn, _reason_of(fn, reason)))
+        FX_NODE_FIXES.setdefault(backend, []).append(Fix(backend, fn, _reason_of(fn, reason), when))
         return fn
 
     return decorator
 
 
-def register_fx_program_fix(backend: str, reason: str | None = None) -> Callable:
-    """Register ``fix(exported_program) -> None``, run on the program after tracing."""
+def register_fx_program_fix(backend: str, reason: str | None = None, when: str | None = None) -> Callable:
+    """Register ``fix(exported_program) -> None``, run on the program after tracing, for the releases ``when``."""
 
     def decorator(fn: Callable) -> Callable:
-        FX_PROGRAM_FIXES.setdefault(backend, []).append(Fix(backend, fn, _reason_of(fn, reason)))
+        FX_PROGRAM_FIXES.setdefault(backend, []).append(Fix(backend, fn, _reason_of(fn, reason), when))
         return fn
 
     return decorator
@@ -145,6 +161,8 @@ def apply_patches(*backends: str) -> Iterator[list[Patch]]:
     with contextlib.ExitStack() as stack:
         for backend in backends:
             for patch in PATCHES.get(backend, []):
+                if not patch.applies:
+                    continue
                 resolved = resolve_owner(patch.path)
                 if resolved is None:
                     logger.debug("patch target %s not present in this environment; skipped", patch.path)
@@ -165,6 +183,8 @@ def apply_fx_node_fixes(backend: str, graph_module: Any) -> int:
     """Run every node fix of the backend over the graph; returns how many nodes were rewritten."""
     changed = 0
     for fix in FX_NODE_FIXES.get(backend, []):
+        if not fix.applies:
+            continue
         for node in list(graph_module.graph.nodes):
             if fix.fn(graph_module, node):
                 changed += 1
@@ -176,4 +196,5 @@ def apply_fx_node_fixes(backend: str, graph_module: Any) -> int:
 
 def apply_fx_program_fixes(backend: str, exported_program: Any) -> None:
     for fix in FX_PROGRAM_FIXES.get(backend, []):
-        fix.fn(exported_program)
+        if fix.applies:
+            fix.fn(exported_program)
