@@ -12,8 +12,10 @@ and per output (a dict of output names or ``fnmatch`` patterns).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -103,6 +105,19 @@ class OutputDiff:
     tolerance: Tolerance
     ok: bool
     note: str = ""
+    scale: float = 0.0  # max|eager|: the scale the relative part of the tolerance applies to
+
+    @property
+    def allowed(self) -> float:
+        """The largest absolute error this output may have: ``atol + rtol * scale``."""
+        return self.tolerance.atol + self.tolerance.rtol * self.scale
+
+    @property
+    def ratio(self) -> float:
+        """Error over what is allowed: below 1 passes; how close a passing output runs to its tolerance."""
+        if self.max_abs == 0:
+            return 0.0
+        return self.max_abs / self.allowed if self.allowed > 0 else float("inf")
 
     def describe(self) -> str:
         if self.note:
@@ -134,7 +149,27 @@ class CompareResult:
         """The output furthest past (or closest to) its tolerance."""
         if not self.outputs:
             return None
-        return max(self.outputs.values(), key=lambda d: (not d.ok, d.max_abs / max(d.tolerance.atol, 1e-30)))
+        return max(self.outputs.values(), key=lambda d: (not d.ok, d.ratio))
+
+    @property
+    def max_abs_small_scale(self) -> float:
+        """The largest absolute error among outputs whose eager values stay within [-1, 1]: what the absolute part
+        of a tolerance has to cover (larger outputs are covered by the relative part)."""
+        return max((d.max_abs for d in self.outputs.values() if d.scale <= SMALL_SCALE), default=0.0)
+
+    def measured(self) -> dict[str, Any]:
+        """JSON-safe, for the report row: the errors of this comparison and the tolerance of its worst output."""
+        worst = self.worst
+        return {
+            "label": self.label,
+            "ok": self.ok,
+            "max_abs": self.max_abs,
+            "max_rel": self.max_rel,
+            "max_abs_small_scale": self.max_abs_small_scale,
+            "ratio": worst.ratio if worst is not None else None,
+            "worst_output": worst.name if worst is not None else None,
+            "tolerance": str(worst.tolerance) if worst is not None else None,
+        }
 
     @property
     def max_abs(self) -> float:
@@ -163,6 +198,25 @@ class CompareResult:
             "extra": list(self.extra),
             "outputs": {k: {**asdict(v), "tolerance": asdict(v.tolerance)} for k, v in self.outputs.items()},
         }
+
+
+# Outputs whose eager values stay within [-1, 1] measure the absolute part of a tolerance (``max_abs_small_scale``).
+SMALL_SCALE = 1.0
+
+_OBSERVERS: contextvars.ContextVar[tuple[Callable[[CompareResult], None], ...]] = contextvars.ContextVar(
+    "hfexport_compare_observers", default=()
+)
+
+
+@contextlib.contextmanager
+def observing(callback: Callable[[CompareResult], None]) -> Iterator[None]:
+    """Call ``callback`` with every ``CompareResult`` that ``compare`` gives inside the block (this thread and
+    context): how the plugin puts every verdict's errors, passes included, on the test's report row."""
+    token = _OBSERVERS.set((*_OBSERVERS.get(), callback))
+    try:
+        yield
+    finally:
+        _OBSERVERS.reset(token)
 
 
 def compare(
@@ -204,6 +258,7 @@ def compare(
             diff.max_abs = float(delta.max())
             scale = float(r[torch.isfinite(r)].abs().max()) if bool(torch.isfinite(r).any()) else 0.0
             diff.max_rel = diff.max_abs / scale if scale > 0 else (0.0 if diff.max_abs == 0 else float("inf"))
+            diff.scale = scale
             diff.ok = not finite_mismatch and diff.max_abs <= tol.atol + tol.rtol * scale
             if finite_mismatch:
                 diff.note = f"non-finite values differ from eager (nan/inf), dtype {diff.dtype}"
@@ -220,4 +275,6 @@ def compare(
                 f"{diff.dtype} ({dtype_kind(ref_t.dtype)})"
             )
         result.outputs[name] = diff
+    for observer in _OBSERVERS.get():
+        observer(result)
     return result

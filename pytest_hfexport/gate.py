@@ -3,7 +3,9 @@
 A bump that breaks one thing upstream (a keyword renamed, a guard tightened) fails hundreds of rows with the
 same first line. The gate therefore groups regressions by cause (the first line of the message with numbers,
 backend names and quoted values folded), most rows first, with one example each, before it lists every row with
-its stage and message. Rows new in this run and rows gone from it are listed apart.
+its stage and message. Rows new in this run and rows gone from it are listed apart. A row that passes both
+times but whose error grew more than ``DRIFT_FACTOR``-fold is a warning (``DRIFT``), not a failure: an export
+drifting toward its tolerance.
 
 Importable without pytest: the plugin's terminal summary, ``make compat`` and ``python -m pytest_hfexport.gate``
 (exit 0: no regression; 1: regressions; 2: the files cannot be read) all use ``compare``.
@@ -30,6 +32,10 @@ _NUMBER = re.compile(r"(?<![A-Za-z_0-9])(0x[0-9a-fA-F]+|\d+(\.\d+)?([eE][-+]?\d+
 _BACKEND = re.compile(r"\b(" + "|".join(BACKEND_WORDS) + r")\b", re.IGNORECASE)
 _LIST = re.compile(r"\[('[^']*'(, )?)+\]")
 _SPACE = re.compile(r"\s+")
+# A passing row whose max abs error grows more than this many times is reported as drifting; errors below
+# float32's machine epsilon (rounding of values near 1) count as that epsilon, so 0 -> 1e-8 is no drift.
+DRIFT_FACTOR = 10.0
+FLOAT32_EPS = 1.1920928955078125e-07
 
 
 def normalise(message: str) -> str:
@@ -85,6 +91,34 @@ class Change:
         return text
 
 
+def _error(row: Mapping[str, Any] | None) -> float | None:
+    value = (row or {}).get("max_abs")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def drift_factor(before: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> float | None:
+    """How many times the row's max abs error grew (errors under float32's epsilon count as the epsilon)."""
+    was, is_ = _error(before), _error(now)
+    if was is None or is_ is None:
+        return None
+    return max(is_, FLOAT32_EPS) / max(was, FLOAT32_EPS)
+
+
+def drift_line(change: Change) -> str:
+    now = change.now or {}
+    text = (
+        f"DRIFT {label(change.key)}: max abs error {_error(change.before):.2e} -> {_error(now):.2e} "
+        f"(x{drift_factor(change.before, now):.0f})"
+    )
+    if now.get("tolerance"):
+        text += f", tolerance {now['tolerance']}"
+    if isinstance(now.get("ratio"), (int, float)):
+        text += f" ({now['ratio']:.0%} of it)"
+    if now.get("worst_output"):
+        text += f", output {now['worst_output']!r}"
+    return text
+
+
 @dataclass
 class Cause:
     text: str
@@ -104,6 +138,7 @@ class GateResult:
     regressions: list[Change] = field(default_factory=list)  # passed there; fails, xfails, is skipped or not run now
     improvements: list[Change] = field(default_factory=list)  # failed there, passes now
     new: list[Change] = field(default_factory=list)  # rows of this run the baseline does not have
+    drift: list[Change] = field(default_factory=list)  # pass both times; error grew more than DRIFT_FACTOR-fold
 
     @property
     def failed(self) -> bool:
@@ -125,7 +160,8 @@ class GateResult:
         causes = self.causes()
         out = [
             f"{len(self.regressions)} regression(s) from {len(causes)} cause(s); {len(self.improvements)} "
-            f"improvement(s); {len(self.new)} new row(s); {len(self.gone)} gone"
+            f"improvement(s); {len(self.new)} new row(s); {len(self.gone)} gone; {len(self.drift)} drifting "
+            f"(error grew more than {DRIFT_FACTOR:.0f}x, still passing)"
         ]
         if causes:
             out.append("regressions by cause (first line of the message, numbers and backends folded):")
@@ -145,6 +181,7 @@ class GateResult:
         out = [("red", c.line("REGRESSION")) for c in self.regressions]
         out += [("green", c.line("improvement")) for c in self.improvements]
         out += [("", f"new {label(c.key)}: {c.status_now}") for c in self.new]
+        out += [("yellow", drift_line(c)) for c in self.drift]
         return out
 
     def count_line(self) -> str:
@@ -156,6 +193,15 @@ class GateResult:
             "improvements": [list(c.key) for c in self.improvements],
             "new": [list(c.key) for c in self.new],
             "gone": [list(c.key) for c in self.gone],
+            "drift": [
+                {
+                    "row": label(c.key),
+                    "before": _error(c.before),
+                    "now": _error(c.now),
+                    "tolerance": (c.now or {}).get("tolerance"),
+                }
+                for c in self.drift
+            ],
             "causes": [
                 {
                     "cause": cause.text,
@@ -172,7 +218,8 @@ class GateResult:
 
 def compare(now: Mapping[Key, Mapping[str, Any]], baseline: Mapping[Key, Mapping[str, Any]]) -> GateResult:
     """A row that passed in ``baseline`` and does not pass now (fails, errors, xfails, is unsupported or skipped,
-    or was not run) is a regression; failed there and passes now, an improvement; absent there, new."""
+    or was not run) is a regression; failed there and passes now, an improvement; absent there, new; passing both
+    times with an error more than ``DRIFT_FACTOR`` times larger, drift (a warning)."""
     result = GateResult()
     for key, before in baseline.items():
         row = now.get(key)
@@ -181,6 +228,8 @@ def compare(now: Mapping[Key, Mapping[str, Any]], baseline: Mapping[Key, Mapping
             result.regressions.append(Change(key, before, row))
         elif row is not None and before.get("status") in BAD and status in PASSED:
             result.improvements.append(Change(key, before, row))
+        elif before.get("status") in PASSED and (drift_factor(before, row) or 0.0) > DRIFT_FACTOR:
+            result.drift.append(Change(key, before, row))
     result.new = [Change(key, None, row) for key, row in now.items() if key not in baseline]
     return result
 

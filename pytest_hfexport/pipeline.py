@@ -76,7 +76,7 @@ class Measurement:
         worst = [r.worst for r in self.results if r.worst is not None]
         if not worst:
             return None
-        return max(worst, key=lambda d: (not d.ok, d.max_abs / max(d.tolerance.atol, 1e-30))).name
+        return max(worst, key=lambda d: (not d.ok, d.ratio)).name
 
     def __getitem__(self, output: str):
         """``result["logits"]``: the OutputDiff of that output on the sample inputs."""

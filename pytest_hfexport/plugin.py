@@ -89,6 +89,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    with reporting.observe_comparisons(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     reporting.attach_row_facts(item, call, report)

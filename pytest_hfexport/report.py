@@ -42,6 +42,12 @@ class Row:
     max_abs: float | str | None = None
     max_rel: float | str | None = None
     worst_output: str | None = None
+    # Over the row's comparisons: the largest abs error among outputs within [-1, 1], the worst output's error
+    # over what its tolerance allows (below 1 passes) and that tolerance.
+    max_abs_small_scale: float | str | None = None
+    ratio: float | str | None = None
+    tolerance: str | None = None
+    compared: int = 0  # how many comparisons with eager the row's tests made
     seconds: float = 0.0
     nodeid: str = ""
     message: str = ""
@@ -125,23 +131,9 @@ class Recorder:
         row.status = status
         row.seconds = round(row.seconds + float(getattr(report, "duration", 0.0)), 4)
         measurements = facts.get("measurements") or []
-        if measurements:
-            abs_errors = [m["max_abs"] for m in measurements if isinstance(m.get("max_abs"), (int, float))]
-            rel_errors = [m["max_rel"] for m in measurements if isinstance(m.get("max_rel"), (int, float))]
-            row.max_abs = (
-                max(abs_errors) if abs_errors else next((m["max_abs"] for m in measurements if m.get("max_abs")), None)
-            )
-            row.max_rel = max(rel_errors) if rel_errors else None
-            failing = [m for m in measurements if m.get("stage")]
-            pick = (
-                failing[0]
-                if failing
-                else max(
-                    measurements,
-                    key=lambda m: m.get("max_abs") or 0 if isinstance(m.get("max_abs"), (int, float)) else 0,
-                )
-            )
-            row.worst_output = pick.get("worst_output")
+        comparisons = facts.get("comparisons") or []
+        if measurements or comparisons:
+            _record_errors(row, measurements, comparisons)
         if status in ("fail", "error", "xfail", "xpass"):
             row.stage = facts.get("stage")
             row.message = (facts.get("message") or _first_line(report))[:300]
@@ -273,6 +265,43 @@ def count_table(rows: Iterable[Mapping[str, Any] | Row], markdown: bool = False)
     return [f"counts per check and backend: {'/'.join(COUNTED)}", fmt(head), "-" * len(fmt(head))] + [
         fmt(r) for r in body
     ]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _finite(value: float | None) -> float | str | None:
+    """JSON-safe: inf and nan as text (a shape mismatch has an infinite error)."""
+    if value is None:
+        return None
+    return value if value == value and abs(value) != float("inf") else str(value)
+
+
+def _record_errors(row: Row, measurements: list[dict], comparisons: list[dict]) -> None:
+    """The row's errors over every comparison its tests made (``compare.observing``) and every harness measurement:
+    the largest, and the worst output by error over tolerance (a failing stage's output first)."""
+    every = [*measurements, *comparisons]
+
+    def largest(key: str) -> float | str | None:
+        values = [v for v in (_number(m.get(key)) for m in every) if v is not None]
+        return _finite(max(values)) if values else next((m[key] for m in every if m.get(key)), None)
+
+    row.max_abs, row.max_rel = largest("max_abs"), largest("max_rel")
+    row.max_abs_small_scale = largest("max_abs_small_scale")
+    row.compared += len(comparisons)
+    failing = [m for m in measurements if m.get("stage")]
+    rated = [m for m in comparisons if _number(m.get("ratio")) is not None]
+    if failing:
+        pick = failing[0]
+    elif rated:
+        pick = max(rated, key=lambda m: (not m.get("ok", True), m["ratio"]))
+    else:
+        pick = max(every, key=lambda m: _number(m.get("max_abs")) or 0.0)
+    row.worst_output = pick.get("worst_output")
+    if rated:
+        worst = max(rated, key=lambda m: m["ratio"])
+        row.ratio, row.tolerance = _finite(worst["ratio"]), worst.get("tolerance")
 
 
 def _first_line(report: Any) -> str:

@@ -12,6 +12,16 @@ from .selection import IDENTITY
 from .settings import settings_of
 
 RECORDER = pytest.StashKey[Any]()
+# Every comparison a test made (``compare.observing``): the errors and tolerance of its row, passes included.
+COMPARISONS = pytest.StashKey[list]()
+
+
+def observe_comparisons(item: pytest.Item) -> Any:
+    """A context for the test's call: every ``compare`` verdict inside it lands on the item's row."""
+    from .compare import observing
+
+    found = item.stash.setdefault(COMPARISONS, [])
+    return observing(lambda result: found.append(result.measured()))
 
 
 def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
@@ -34,6 +44,7 @@ def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.Te
         "stage": stage,
         "message": message,
         "measurements": summaries if call.when == "call" else [],
+        "comparisons": item.stash.get(COMPARISONS, []) if call.when == "call" else [],
         "declared_gaps": gaps,
     }
 

@@ -62,7 +62,10 @@ def test_regressions_grouped_by_cause_most_rows_first_with_an_example(tmp_path):
     assert [gate.label(c.key) for c in result.new] == ["newcomer/onnx/export"]
     assert [gate.label(c.key) for c in result.gone] == ["gone/dynamo/export"]
     lines = result.summary_lines()
-    assert lines[0] == "5 regression(s) from 4 cause(s); 1 improvement(s); 1 new row(s); 1 gone"
+    assert lines[0] == (
+        "5 regression(s) from 4 cause(s); 1 improvement(s); 1 new row(s); 1 gone; 0 drifting (error grew more than "
+        "10x, still passing)"
+    )
     assert "e.g. llama/dynamo/static_cache" in lines[3]
     rows = [line for _, line in result.row_lines()]
     assert ("REGRESSION qwen2/executorch/static_cache: pass -> fail [run] "
@@ -78,3 +81,26 @@ def test_command_line_exit_codes(tmp_path, capsys):
     assert json.loads((tmp_path / "gate.json").read_text())["causes"][0]["rows"] == 2
     assert gate.main([base, base]) == 0
     assert gate.main([str(tmp_path / "missing.json"), base]) == 2
+
+
+def test_a_passing_row_whose_error_grew_tenfold_is_reported_as_drift_not_a_failure(tmp_path, capsys):
+    """Every compared row carries its error; the gate warns when it grows more than tenfold (still passing)."""
+    before = [
+        {**row("llama", "onnx", "export", "pass"), "max_abs": 2e-7},
+        {**row("bert", "onnx", "export", "pass"), "max_abs": 3e-7},
+        {**row("t5", "onnx", "export", "pass"), "max_abs": 0.0},
+    ]
+    now = [
+        {**row("llama", "onnx", "export", "pass"), "max_abs": 5e-6, "tolerance": "atol=1e-05", "ratio": 0.5,
+         "worst_output": "logits"},
+        {**row("bert", "onnx", "export", "pass"), "max_abs": 2.9e-6},  # 9.7x: not drift
+        {**row("t5", "onnx", "export", "pass"), "max_abs": 1e-8},  # both under float32's epsilon
+    ]
+    result = gate.compare(gate.load_rows(report(tmp_path / "now.json", now)),
+                          gate.load_rows(report(tmp_path / "before.json", before)))
+    assert [c.key for c in result.drift] == [("llama", "onnx", "export")]
+    assert not result.failed
+    line = [text for _, text in result.row_lines() if text.startswith("DRIFT")][0]
+    assert "2.00e-07 -> 5.00e-06 (x25)" in line and "atol=1e-05" in line and "'logits'" in line
+    assert gate.main([report(tmp_path / "now.json", now), report(tmp_path / "before.json", before), "--rows"]) == 0
+    assert "1 drifting" in capsys.readouterr().out

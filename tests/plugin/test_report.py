@@ -96,3 +96,28 @@ def test_ini_twin_and_no_matrix_without_export_tests(pytester):
     result.assert_outcomes(passed=1)
     assert rows_of(pytester.path / "r.json") == []
     assert "hfexport matrix" not in result.stdout.str()
+
+
+def test_every_comparison_puts_its_errors_and_tolerance_on_the_row_passes_included(pytester, fake_impl):
+    """A check that calls ``compare`` itself (as the suite's do), not only the harness, gives its row the errors,
+    the worst output's tolerance and how much of it the error uses."""
+    pytester.makepyfile("""
+        import torch
+        from pytest_hfexport.compare import compare
+
+        def test_direct(hfexport_backend):
+            logits = torch.tensor([0.5, -0.5, 0.25])
+            ref = {"logits": logits, "hidden": torch.full((2,), 10.0)}
+            compare(ref, {"logits": logits + torch.tensor([0.0, 2e-6, 0.0]), "hidden": torch.full((2,), 10.0)},
+                    "dynamo")
+            compare(ref, {"logits": logits, "hidden": torch.full((2,), 10.0 + 1e-5)}, "dynamo")
+    """)
+    pytester.runpytest_inprocess("--hfexport-impl=fakeimpl", "--hfexport-backend=dynamo",
+                                 "--hfexport-report=out/report.json")
+    row = json.loads((pytester.path / "out/report.json").read_text())["rows"][0]
+    assert row["status"] == "pass" and row["compared"] == 2, row
+    assert abs(row["max_abs"] - 9.5e-6) < 1e-6  # hidden: float32's 10 + 1e-5
+    assert abs(row["max_abs_small_scale"] - 2e-6) < 1e-7  # logits only: hidden's scale is 10
+    assert abs(row["max_rel"] - 4e-6) < 1e-7  # logits: 2e-6 against a scale of 0.5
+    assert row["worst_output"] == "hidden" and row["tolerance"].startswith("atol=")  # nearest its tolerance
+    assert 0 < row["ratio"] < 1
