@@ -157,6 +157,12 @@ class CompareResult:
         of a tolerance has to cover (larger outputs are covered by the relative part)."""
         return max((d.max_abs for d in self.outputs.values() if d.scale <= SMALL_SCALE), default=0.0)
 
+    @property
+    def max_rel_large_scale(self) -> float:
+        """The largest relative error among outputs with values beyond [-1, 1]: what the relative part of a
+        tolerance has to cover."""
+        return max((d.max_rel for d in self.outputs.values() if d.scale > SMALL_SCALE), default=0.0)
+
     def measured(self) -> dict[str, Any]:
         """JSON-safe, for the report row: the errors of this comparison and the tolerance of its worst output."""
         worst = self.worst
@@ -166,6 +172,7 @@ class CompareResult:
             "max_abs": self.max_abs,
             "max_rel": self.max_rel,
             "max_abs_small_scale": self.max_abs_small_scale,
+            "max_rel_large_scale": self.max_rel_large_scale,
             "ratio": worst.ratio if worst is not None else None,
             "worst_output": worst.name if worst is not None else None,
             "tolerance": str(worst.tolerance) if worst is not None else None,

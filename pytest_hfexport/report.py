@@ -42,9 +42,11 @@ class Row:
     max_abs: float | str | None = None
     max_rel: float | str | None = None
     worst_output: str | None = None
-    # Over the row's comparisons: the largest abs error among outputs within [-1, 1], the worst output's error
+    # Over the row's comparisons: the largest abs error among outputs within [-1, 1] and rel error among larger
+    # outputs (what a tolerance's atol and rtol must cover: ``conformance.tolerances``), the worst output's error
     # over what its tolerance allows (below 1 passes) and that tolerance.
     max_abs_small_scale: float | str | None = None
+    max_rel_large_scale: float | str | None = None
     ratio: float | str | None = None
     tolerance: str | None = None
     compared: int = 0  # how many comparisons with eager the row's tests made
@@ -289,6 +291,7 @@ def _record_errors(row: Row, measurements: list[dict], comparisons: list[dict]) 
 
     row.max_abs, row.max_rel = largest("max_abs"), largest("max_rel")
     row.max_abs_small_scale = largest("max_abs_small_scale")
+    row.max_rel_large_scale = largest("max_rel_large_scale")
     row.compared += len(comparisons)
     failing = [m for m in measurements if m.get("stage")]
     rated = [m for m in comparisons if _number(m.get("ratio")) is not None]
