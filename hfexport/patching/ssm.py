@@ -17,6 +17,13 @@ exponent is <= 0) and shape-polymorphic, and with h_0 the cached state it serves
 token and a block of tokens alike. It costs O(seq^2) memory per state channel, which is fine
 for export-time sample sizes and decode steps.
 
+A block of several tokens on a filled cache is computed as eager computes it: eager's scan
+(``mamba_selective_scan``) has no initial state, so it restarts the recurrent state from zeros for
+any call of more than one token, and only a one-token call continues it. The graph does the same
+(``_continues_state``), so a multi-token decode graph equals eager's call on every query length;
+a block's logits then differ from eager's token-by-token decoding (5.7 on the zoo's Mamba), as
+eager's own do. Decode Mamba one token at a time for that.
+
 Layout: state-expanded tensors are [batch, seq, state, channels] and no tensor that carries both
 the batch and the sequence symbols is unsqueezed on its last axis or reshaped by XNNPACK (its
 static reshape takes one dynamic axis: "reshape only supports 1 dynamic dimension"), and there
@@ -124,6 +131,13 @@ def closed_form_scan(
     return y.to(input_dtype), last
 
 
+def _continues_state(hidden_states: torch.Tensor) -> torch.Tensor:
+    """1.0 for a one-token call, 0.0 for more: eager continues the recurrent state only for one token (its
+    multi-token scan starts from zeros). A tensor computed from the symbolic query length, so no guard."""
+    ones = hidden_states.new_ones(hidden_states.shape[1], dtype=torch.float32)
+    return (ones.sum() == 1).to(torch.float32)
+
+
 def _state(cache: Any, layer_idx: int, kind: str) -> torch.Tensor | None:
     """The layer's ``kind`` ("conv" or "recurrent") state, None before its first update (renames.STATE_GETTERS)."""
     if STATE_GETTERS.applies:
@@ -162,6 +176,8 @@ def _mixer_forward(original):
         recurrent_state = None
         if cache_params is not None:
             recurrent_state = _state(cache_params, self.layer_idx, "recurrent")
+            if recurrent_state is not None:
+                recurrent_state = recurrent_state * _continues_state(hidden_states)
             x_cl = x.transpose(1, 2)  # the cache's [b, d, tokens] layout
             prompt = _state(cache_params, self.layer_idx, "conv") is None
             if prompt:
