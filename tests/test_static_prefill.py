@@ -73,10 +73,35 @@ def served_tokens(name: str) -> tuple[torch.Tensor, torch.Tensor]:
     return served, eager
 
 
-def test_generate_served_by_the_static_components_gives_eagers_tokens():
-    """generate() passes the static decode graph a mapping per layer type; served, it gets the one mask."""
-    served, eager = served_tokens("qwen3")
+@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+def test_generate_served_by_the_static_components_gives_eagers_tokens(name):
+    """generate() passes the static decode graph a mapping per layer type; served, it gets the one mask. gemma3's
+    generate() built a StaticCache whose sliding layers hold only the window (a guard failure on the mask); served,
+    it builds the cache with every slot, the layout the graphs were traced with."""
+    served, eager = served_tokens(name)
     assert torch.equal(served, eager)
+
+
+def test_a_cache_holding_only_the_window_is_refused_naming_what_to_pass():
+    """generate()'s own StaticCache for a sliding-window model, handed to the static prefill's runner as the cache
+    object: refused before it runs (it raised a guard failure, and ONNX Runtime a broadcast error), naming the
+    cache that fits."""
+    from hfexport.errors import RunnerInputError
+    from hfexport.runtime import runner_for
+
+    entry = get("gemma3")
+    model = entry.model()
+    inputs = entry.sample_inputs(model)
+    program = DynamoExporter().export_for_generation(
+        model, inputs, config=DynamoConfig(dynamic=True), generation_config=STATIC, multi_token_decode=True
+    )["prefill"]
+    from pytest_hfexport.reference import capture_generation  # generate() as transformers runs it, unpatched
+
+    call = capture_generation(model, inputs, 2, STATIC).call("prefill")
+    served = decode_calls.explicit_mask(copy.deepcopy(call), accepts_mask=True)
+    taken = list(program.example_inputs[1])
+    with pytest.raises(RunnerInputError, match=r"holds only a sliding window in layers .*apply_patches\('generation'\)"):
+        runner_for(program, "dynamo")(**{k: v for k, v in served.items() if k in taken})
 
 
 def test_serving_the_mapping_as_it_comes_is_refused(monkeypatch):

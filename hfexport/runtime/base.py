@@ -77,4 +77,36 @@ class Runner(abc.ABC):
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, torch.Tensor]:
         merged = {**(dict(inputs) if inputs else {}), **kwargs}
+        refuse_window_slot_caches(type(self).__name__, merged)
         return self.run_flat(self.check_inputs(self.flatten_inputs(merged)))
+
+
+def window_slot_layers(cache: Any) -> dict[int, int]:
+    """{layer index: slots} of the layers of ``cache`` that hold only a sliding window (transformers'
+    ``StaticSlidingWindowLayer``, what ``generate()`` builds for a static cache)."""
+    out = {}
+    for index, layer in enumerate(getattr(cache, "layers", None) or []):
+        if type(layer).__name__ != "StaticSlidingWindowLayer":
+            continue
+        keys = getattr(layer, "keys", None)  # None until the layer's first update (a prefill's cache)
+        out[index] = int(keys.shape[-2]) if isinstance(keys, torch.Tensor) else int(getattr(layer, "max_cache_len", 0))
+    return out
+
+
+def refuse_window_slot_caches(runner: str, inputs: Mapping[str, Any]) -> None:
+    """hfexport's static-cache graphs keep every slot in sliding-window layers and apply the window through the
+    mask (``patching.sliding_window``); a cache whose sliding layers hold only the window would be written at other
+    slots than the graph's, so it is refused here, naming what to pass, rather than computed wrong or failing on a
+    guard."""
+    for key, value in inputs.items():
+        layers = window_slot_layers(value)
+        if layers:
+            raise RunnerInputError(
+                f"{runner}: the cache {key!r} holds only a sliding window in layers {sorted(layers)} "
+                f"({sorted(set(layers.values()))} slots: transformers' StaticSlidingWindowLayer, what generate() "
+                "builds for a static cache), while this graph keeps every slot in sliding layers and applies the "
+                "window through the mask. Pass a StaticCache built while "
+                "hfexport.patching.apply_patches('generation') is active (its sliding layers then keep "
+                "max_cache_len slots), or decode with hfexport.runtime.decode.decode_loop / serve generate() with "
+                "hfexport.runtime.components.ExportedGenerate, which build that cache."
+            )

@@ -186,10 +186,13 @@ class ExportedGenerate:
     ) -> torch.Tensor:
         """Greedy tokens (new ones only) from ``generate()`` with every runner installed."""
         from ..generation import _generation_config
+        from ..patching import apply_patches
 
         config = _generation_config(self.model, generation_config, max_new_tokens)
         self.calls = {name: 0 for name in self.runners}
-        with torch.no_grad(), self.installed():
+        # generate() builds its static cache here: with the "generation" patches, as while the components were
+        # captured, its sliding layers keep every slot, the layout the static graphs were traced with
+        with torch.no_grad(), self.installed(), apply_patches("generation"):
             out = self.model.generate(**copy.deepcopy(dict(inputs)), generation_config=config)
         unused = [n for n, c in self.calls.items() if c == 0]
         if unused:
