@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .registry import register_patch
+from .registry import register_fx_program_fix, register_patch
 
 # The patch set installed around the EXIR lowering passes (see module doc).
 LOWERING = "executorch_lowering"
@@ -44,25 +44,50 @@ register_patch(
 _GELU_TANH_SCALE = 0.7978845608028654
 
 
-def _gelu_tanh_written_out(original: Any) -> Any:
-    def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-        if approximate != "tanh":
-            return original(input, approximate=approximate)
-        inner = _GELU_TANH_SCALE * (input + 0.044715 * input * input * input)
-        return 0.5 * input * (1.0 + torch.tanh(inner))
-
-    return gelu
-
-
-register_patch(
+@register_fx_program_fix(
     "executorch",
-    "torch.nn.functional.gelu",
     when="executorch<1.6",
     reason="XNNPACK's gelu(approximate='tanh') kernel differs from torch's by up to 4.7e-4 on N(0, 9) inputs "
     "(ExecuTorch 1.5.1; siglip's logits 1.0e-4 off, 27 times any other zoo error), while the same formula "
-    "written with tanh is 4.8e-7 off; trace the formula. Remove when the delegate's kernel matches "
-    "(tests/test_executorch.py::test_tanh_gelu_matches_eager).",
-)(_gelu_tanh_written_out)
+    "written with tanh is 4.8e-7 off: each tanh-GELU node of the traced program becomes the formula (a patch of "
+    "F.gelu would miss transformers' activations, which bind it at construction). Remove when the delegate's "
+    "kernel matches (tests/test_executorch.py::test_tanh_gelu_matches_eager).",
+)
+def _tanh_gelu_written_out(program: Any) -> None:
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.gelu.default:
+            continue
+        if node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none") != "tanh":
+            continue
+        with graph.inserting_before(node):
+            out = _gelu_tanh_nodes(graph, node)
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.lint()
+        program.graph_module.recompile()
+
+
+def _gelu_tanh_nodes(graph: Any, gelu: Any) -> Any:
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))) as nodes, each with the gelu node's metadata."""
+    aten = torch.ops.aten
+    x, val = gelu.args[0], gelu.meta.get("val")
+
+    def op(target: Any, *args: Any) -> Any:
+        new = graph.call_function(target, args)
+        if val is not None:
+            new.meta["val"] = val.clone()  # elementwise: every step has the output's shape and dtype
+        for key in ("stack_trace", "nn_module_stack"):
+            if key in gelu.meta:
+                new.meta[key] = gelu.meta[key]
+        return new
+
+    cube = op(aten.mul.Tensor, op(aten.mul.Tensor, x, x), x)
+    inner = op(aten.mul.Tensor, op(aten.add.Tensor, x, op(aten.mul.Tensor, cube, 0.044715)), _GELU_TANH_SCALE)
+    return op(aten.mul.Tensor, op(aten.mul.Tensor, x, 0.5), op(aten.add.Tensor, op(aten.tanh.default, inner), 1.0))
 
 
 def _tensor_list_return_validator(original: Any) -> Any:
