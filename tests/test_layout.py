@@ -118,3 +118,22 @@ def test_the_suite_imports_nothing_from_the_implementation():
             if any(name == "hfexport" or name.startswith("hfexport.") for name in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, f"conformance imports hfexport at {offenders}"
+
+
+def _imports_of(package: str, forbidden: str) -> list[str]:
+    offenders = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(name == forbidden or name.startswith(f"{forbidden}.") for name in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return offenders
+
+
+@pytest.mark.parametrize("judge", ["pytest_hfexport", "conformance"])
+def test_the_library_imports_nothing_of_its_judges(judge):
+    """The library is the ground floor: the plugin's `export --check` reaches the CLI by entry point
+    (hfexport/cli/checkers.py), the runtimes keep their own dtype tables (hfexport/runtime/dtypes.py)."""
+    assert _imports_of("hfexport", judge) == [], f"hfexport imports {judge}"

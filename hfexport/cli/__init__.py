@@ -17,9 +17,9 @@ Library code logs through ``logging``; this package is the one place that prints
 results to stdout, ``progress`` writes progress to stderr.
 
 One module per job: ``arguments`` (options), ``loading`` (model folders), ``inputs`` (sample inputs),
-``export``, ``check`` (``export --check``), ``run``, ``env`` (the commands), ``manifest`` (hfexport.json),
-``progress`` (stderr and logging), ``errors`` (exit codes). Importing this package imports no torch,
-transformers, onnx or executorch: each command imports what it needs when it runs.
+``export``, ``checkers`` (``export --check``: a checker the judge registers), ``run``, ``env`` (the commands),
+``manifest`` (hfexport.json), ``progress`` (stderr and logging), ``errors`` (exit codes). Importing this package
+imports no torch, transformers, onnx or executorch: each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .arguments import FORMAT_BY_SUFFIX, FORMATS, SUFFIX_BY_FORMAT, TOLERANCE, build_parser
+from .arguments import FORMAT_BY_SUFFIX, FORMATS, SUFFIX_BY_FORMAT, build_parser
 from .env import cmd_env, format_env
 from .errors import EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, CliError
 from .export import cmd_export, format_export
@@ -50,7 +50,6 @@ __all__ = [
     "FORMATS",
     "FORMAT_BY_SUFFIX",
     "SUFFIX_BY_FORMAT",
-    "TOLERANCE",
     "MANIFEST",
 ]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .arguments import SUFFIX_BY_FORMAT, validate_export_args
-from .check import check_all, format_check
+from .checkers import checker
 from .errors import EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, CliError, export_failed, usage_error
 from .inputs import describe_inputs, sample_inputs
 from .loading import check_model_folder, load_model
@@ -159,7 +159,7 @@ def cmd_export(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[
         manifest["status"] = "exported"
 
         if args.check:
-            manifest["check"] = check_all(args, model, inputs, generation_config, dynamic, paths, progress)
+            manifest["check"] = checker().check_all(args, model, inputs, generation_config, dynamic, paths, progress)
             if any(c["status"] == "error" for c in manifest["check"]):
                 code = EXIT_FAILED
                 manifest["errors"].append("an artifact could not be loaded or run back from disk; see 'check'")
@@ -203,6 +203,6 @@ def format_export(result: Mapping[str, Any], out_dir: str) -> str:
     for name, comp in result.get("components", {}).items():
         lines.append(f"  {name:<16} {Path(out_dir) / comp['file']}")
     for check in result.get("check", []):
-        lines.append(format_check(check))
+        lines.append(checker().format_check(check))
     lines.append(f"manifest: {Path(out_dir) / MANIFEST}")
     return "\n".join(lines)

@@ -30,6 +30,7 @@ import torch
 
 from ..errors import HfExportError, RunnerInputError
 from ..patching.renames import KV_CACHE_NAMES
+from . import dtypes
 from .base import Runner
 from .decode import DecodeLoop
 
@@ -74,16 +75,8 @@ def _load_method(program: Any, name: str) -> Any:
 
 
 def _dtype(info: Any) -> torch.dtype | None:
-    """A method input's ExecuTorch scalar type -> torch dtype (None for a type torch has no dtype for).
-
-    The table is the verdict engine's (``pytest_hfexport.runtime_types``), shared with the judge.
-    """
-    from pytest_hfexport.runtime_types import executorch_dtype
-
-    try:
-        return executorch_dtype(info)
-    except TypeError:
-        return None
+    """A method input's ExecuTorch scalar type -> torch dtype (None for a type torch has no dtype for)."""
+    return dtypes.from_executorch(info)
 
 
 def _load(program: Any) -> tuple[Any, dict[str, Any] | None]:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import RunnerInputError
+from . import dtypes
 from .base import Runner
 from .decode import DecodeLoop
 
@@ -29,17 +30,8 @@ OUTPUT_PREFIX = "output."
 
 
 def _torch_dtype(type_string: str) -> torch.dtype | None:
-    """ONNX Runtime's ``tensor(float)``-style type -> torch dtype (None for a type torch has no dtype for).
-
-    The table is the verdict engine's (``pytest_hfexport.runtime_types``): one table of facts for the runner and
-    the judge that drives ONNX Runtime directly.
-    """
-    from pytest_hfexport.runtime_types import ort_dtype
-
-    try:
-        return ort_dtype(type_string)
-    except TypeError:
-        return None
+    """ONNX Runtime's ``tensor(float)``-style type -> torch dtype (None for a type torch has no dtype for)."""
+    return dtypes.from_ort(type_string)
 
 
 def _strip(name: str, prefix: str) -> str:

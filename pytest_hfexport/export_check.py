@@ -1,9 +1,10 @@
-"""``export --check``: load every artifact back from disk, run it, and compare it with eager PyTorch.
+"""``hfexport export --check``: load every artifact back from disk, run it, and compare it with eager PyTorch.
 
-The verdict is ``pytest_hfexport.compare`` (the one comparison of this repository: per-backend and
-per-dtype tolerances, missing outputs, shapes, dtype kinds); this module only runs both sides, names
-their outputs with ``pytest_hfexport.naming.flat_named`` and turns the result into the rows the
-command prints and records in hfexport.json.
+The judge's part of the ``hfexport`` command, added to it through the entry-point group ``hfexport.checkers``
+(``pyproject.toml``), so the library imports nothing of the judge. The verdict is ``pytest_hfexport.compare``
+(the one comparison of this repository: per-backend and per-dtype tolerances, missing outputs, shapes, dtype
+kinds); this module runs both sides, names their outputs with ``pytest_hfexport.naming.flat_named`` and turns
+the result into the rows the command prints and records in hfexport.json.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .arguments import TOLERANCE
-from .inputs import sample_inputs
-from .progress import Progress
+from hfexport.cli.inputs import sample_inputs
+from hfexport.cli.progress import Progress
+
+from .compare import FP32_ATOL
+
+# The max abs error each backend must meet on float32 outputs (its measured tolerance, docs/plugin.md).
+TOLERANCE = dict(FP32_ATOL)
 
 
 def _rows(names: Any, result: Any) -> list[dict[str, Any]]:
@@ -43,10 +48,10 @@ def check_artifact(
     ``atol`` overrides the verdict engine's tolerance for every output; None keeps its per-dtype bars."""
     import torch
 
-    from pytest_hfexport.compare import compare
-    from pytest_hfexport.naming import flat_named
+    from hfexport import runtime
 
-    from .. import runtime
+    from .compare import compare
+    from .naming import flat_named
 
     tolerance = atol if atol is not None else TOLERANCE[backend]
     result: dict[str, Any] = {"artifact": path.name, "inputs": label, "tolerance": tolerance}
@@ -99,7 +104,7 @@ def check_all(
     results = []
     with progress.step("checking artifacts against eager"):
         if args.for_generation:
-            from ..generation import decompose_for_generation
+            from hfexport.generation import decompose_for_generation
 
             components = decompose_for_generation(model, inputs, generation_config, args.multi_token_decode)
             for name, path in paths.items():
