@@ -93,3 +93,13 @@ def test_hfexport_passes_what_the_faults_fail(backend, tmp_path):
                                             f"{output[-4000:]}")
     noise = [line for line in output.splitlines() if NOISE.search(line)]
     assert not noise, "the suite's output holds warning lines:\n" + "\n".join(noise[:20])
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
+def test_a_two_percent_error_inside_one_layer_fails_the_plain_export_on_every_backend(backend, tmp_path):
+    """faults.scaled_layer1_mlp: llama's layer-1 MLP 2% too large inside the program. The tolerances are measured
+    (``python -m conformance.tolerances``), so the fault fails every backend (ExecuTorch's former 1e-3 let it pass)."""
+    code, rows, output = run_suite("faults.scaled_layer1_mlp", backend, "test_plain_export_matches_eager and llama",
+                                   tmp_path / "report.json")
+    assert code == 1 and [r["status"] for r in rows] == ["fail"], (rows, output[-3000:])
+    assert rows[0]["worst_output"] == "logits" and rows[0]["ratio"] > 1
