@@ -113,7 +113,7 @@ def drift_line(change: Change) -> str:
     if now.get("tolerance"):
         text += f", tolerance {now['tolerance']}"
     if isinstance(now.get("ratio"), (int, float)):
-        text += f" ({now['ratio']:.0%} of it)"
+        text += f" ({now['ratio']:.1%} of it)"
     if now.get("worst_output"):
         text += f", output {now['worst_output']!r}"
     return text
