@@ -244,7 +244,7 @@ def render(
         if revisions != ["-"]:
             versions += f"; source revisions of the stored cells: {', '.join(revisions)}"
         lines.append(
-            f"- {LABELS[impl]}: {len(runs)} sweeps stored; the last that measured cells: {last['started']} "
+            f"- {LABELS[impl]}: {len(runs)} sweeps stored; the last that measured cells: {str(last['started'])[:10]} "
             f"(`{last['command']}`, {last['seconds']:.0f} s, "
             f"{last['measured']} cells measured, {last['reused']} reused"
             + (
