@@ -1,0 +1,107 @@
+"""The locator names the module a fault perturbed, on every backend.
+
+Each fault scales one module's output by 2% inside the exported program (an export-time forward hook, so the
+error lives in the artifact and eager stays clean), which fails the verdict; the locator
+(``pytest_hfexport.localise``) must then name exactly that module. The table of faults x backends is the
+acceptance table of localisation: ``pytest tests/test_localise.py -v`` prints it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import hfexport
+import hfexport.runtime
+from conformance.zoo import get
+from pytest_hfexport.compare import compare
+from pytest_hfexport.localise import Artifact, Divergence, locate
+from pytest_hfexport.naming import flat_named
+
+SCALE = 1.02
+
+# (zoo entry, module perturbed): attention, MLP, norm, embedding, LM head, a cache write (the key projection,
+# whose output is what the layer writes into its cache), a T5 encoder layer, a vision-tower layer.
+FAULTS = {
+    "attention": ("llama", "model.layers.0.self_attn"),
+    "mlp": ("llama", "model.layers.1.mlp"),
+    "norm": ("llama", "model.layers.1.post_attention_layernorm"),
+    "embedding": ("llama", "model.embed_tokens"),
+    "lm_head": ("llama", "lm_head"),
+    "cache_write": ("llama", "model.layers.1.self_attn.k_proj"),
+    "t5_encoder_layer": ("t5", "encoder.block.0"),  # block 1 feeds an RMS norm: a 2% scale vanishes
+    "vision_tower_layer": ("llava", "model.vision_tower.encoder.layers.0"),
+}
+BACKENDS = {
+    "dynamo": (hfexport.DynamoExporter, hfexport.DynamoConfig, "pt2"),
+    "onnx": (hfexport.OnnxExporter, hfexport.OnnxConfig, "onnx"),
+    "executorch": (hfexport.ExecutorchExporter, hfexport.ExecutorchConfig, "pte"),
+}
+
+
+def _scaled(output):
+    if isinstance(output, torch.Tensor):
+        return output * SCALE
+    if isinstance(output, tuple):
+        return (_scaled(output[0]), *output[1:])
+    return output
+
+
+def faulty_export(entry_name: str, module_name: str, backend: str, folder: Path):
+    """The entry's model, its sample inputs, and an export of it whose ``module_name`` output is 2% off."""
+    entry = get(entry_name)
+    model = entry.model()
+    inputs = entry.sample_inputs(model)
+    exporter_cls, config_cls, suffix = BACKENDS[backend]
+    handle = model.get_submodule(module_name).register_forward_hook(lambda module, args, out: _scaled(out))
+    try:
+        program = exporter_cls().export(model, inputs, config=config_cls(dynamic=False))
+    finally:
+        handle.remove()
+    path = folder / f"model.{suffix}"
+    exporter_cls.save(program, str(path))
+    return model, inputs, program, path
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_the_locator_names_the_perturbed_module(fault, backend, tmp_path):
+    entry_name, module_name = FAULTS[fault]
+    model, inputs, program, path = faulty_export(entry_name, module_name, backend, tmp_path)
+    run = hfexport.runtime.load(path)
+    verdict = compare(flat_named(model(**inputs)), flat_named(run(**inputs)), backend)
+    assert not verdict.ok, f"the 2% fault in {module_name} passed the verdict on {backend}"
+    found = locate(model, inputs, backend, Artifact(path, lambda: program))
+    assert found.module == module_name, found.describe()
+    assert found.max_rel > 0.005, found.describe()
+
+
+def test_the_locator_says_so_when_every_module_matches(tmp_path):
+    """A difference the locator cannot see inside any module (the artifact's last step) names no module."""
+    entry = get("llama")
+    model = entry.model()
+    inputs = entry.sample_inputs(model)
+    program = hfexport.DynamoExporter().export(model, inputs, config=hfexport.DynamoConfig(dynamic=False))
+    path = tmp_path / "model.pt2"
+    hfexport.DynamoExporter.save(program, str(path))
+    found = locate(model, inputs, "dynamo", Artifact(path))
+    assert isinstance(found, Divergence) and found.module is None and found.compared > 20, found.describe()
+    assert "every module the artifact keeps apart matches eager" in found.reason
+
+
+def test_the_locator_leaves_the_model_and_its_hooks_as_they_were(tmp_path):
+    entry = get("llama")
+    model = entry.model()
+    inputs = entry.sample_inputs(model)
+    program = hfexport.DynamoExporter().export(model, inputs, config=hfexport.DynamoConfig(dynamic=False))
+    path = tmp_path / "model.pt2"
+    hfexport.DynamoExporter.save(program, str(path))
+    before = path.read_bytes()
+    hooks = sum(len(m._forward_hooks) for m in model.modules())
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    locate(model, inputs, "dynamo", Artifact(path))
+    assert sum(len(m._forward_hooks) for m in model.modules()) == hooks
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert path.read_bytes() == before
