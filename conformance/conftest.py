@@ -20,6 +20,7 @@ import pytest
 
 from conformance.zoo import ZooEntry, select
 from pytest_hfexport.artifact_cache import describe
+from pytest_hfexport.localise import Artifact
 
 KNOWN_FAILURES = Path(__file__).parent / "known_failures"
 # Tokens every generation check runs for (the reference must also be non-degenerate: tests/test_zoo.py).
@@ -60,10 +61,22 @@ class Exported:
     seconds: float = 0.0
     error: BaseException | None = None
     cached: bool = False  # the saved artifacts came from the artifact cache (programs then holds names only)
+    reexport: Callable[[], dict] | None = None  # the implementation's export again: the programs by name
+    raw: Callable[[Path], Path] | None = None  # the backend file inside a saved artifact
 
     @property
     def runner(self) -> Any:
         return self.runners["model"]
+
+    def artifact(self, name: str = "model") -> Artifact:
+        """What the locator reads on a mismatch: the saved backend file, and the program exported again (only
+        then: the in-memory programs are not kept)."""
+        path = self.paths[name]
+        reexport = self.reexport
+        return Artifact(
+            self.raw(path) if self.raw is not None else path,
+            (lambda: reexport()[name]) if reexport is not None else None,
+        )
 
 
 # Exports kept loaded at once per worker. The checks of one model x backend run one after another (one xdist
@@ -117,6 +130,13 @@ def exported(
                 adapter.require("export_for_generation", hfexport_backend)
             exporter = adapter.exporter(hfexport_backend)
             config = adapter.config(hfexport_backend, **fields)
+
+            def export_again() -> dict:
+                if generation:
+                    return dict(adapter.export_for_generation(exporter, model, result.inputs, config, **options))
+                return {"model": adapter.export(exporter, model, result.inputs, config)}
+
+            result.reexport, result.raw = export_again, adapter.raw_artifact
 
             def export_and_save(folder: Path) -> dict[str, Path]:
                 start = time.perf_counter()

@@ -6,12 +6,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_hfexport.compare import compare
+from pytest_hfexport.localise import Artifact, locate
 from pytest_hfexport.naming import flat_named
 from pytest_hfexport.reference import graph_kwargs, reference_call
 
 
 def assert_matches(
-    module: Any, call: Mapping[str, Any], runner: Any, backend: str, label: str, *, backend_file: bool = False
+    module: Any,
+    call: Mapping[str, Any],
+    runner: Any,
+    backend: str,
+    label: str,
+    *,
+    backend_file: bool = False,
+    artifact: Artifact | None = None,
 ) -> float:
     """Run the artifact on the tensor arguments of ``call`` and compare with ``module`` run eagerly on all of
     them; returns the largest absolute error. The runner must leave the tensors it is handed as they were.
@@ -19,7 +27,10 @@ def assert_matches(
     ``backend_file=True``: ``runner`` is the backend's own runtime over the raw file
     (``pytest_hfexport.backend_runtime``), which names outputs its own way or not at all: the outputs both
     sides name are compared (unnamed ones take eager's names in order when the counts agree, else only the
-    first), and eager's first output (logits, hidden states) must be among them."""
+    first), and eager's first output (logits, hidden states) must be among them.
+
+    ``artifact``: on a mismatch, the locator (``pytest_hfexport.localise``) names the first module of ``module``
+    whose output the artifact computes differently, in the message (and the test's report row)."""
     import copy
 
     expected = reference_call(module, call)
@@ -37,7 +48,9 @@ def assert_matches(
     else:
         got = flat_named(out)
     result = compare(expected, got, backend, label=label)
-    assert result.ok, result.message()
+    if not result.ok:
+        found = locate(module, call, backend, artifact) if artifact is not None else None
+        raise AssertionError(result.message() + (f"\n{found.describe()}" if found is not None else ""))
     return result.max_abs
 
 

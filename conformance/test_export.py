@@ -15,14 +15,17 @@ from pytest_hfexport.backend_runtime import backend_runner
 def test_plain_export_matches_eager(entry, exported, hfexport_backend):
     result = exported(entry)
     for label, inputs in entry.input_sets(result.model).items():
-        assert_matches(result.model, inputs, result.runner, hfexport_backend, f"{label} inputs")
+        assert_matches(
+            result.model, inputs, result.runner, hfexport_backend, f"{label} inputs", artifact=result.artifact()
+        )
 
 
 @pytest.mark.parametrize("entry", entry_params("export", key="export_batch"))
 def test_plain_export_serves_a_padded_batch(entry, exported, hfexport_backend):
     result = exported(entry)
     inputs = entry.input_sets(result.model, ("batch",))["batch"]
-    assert_matches(result.model, inputs, result.runner, hfexport_backend, f"batch {entry.batch}, left-padded")
+    label = f"batch {entry.batch}, left-padded"
+    assert_matches(result.model, inputs, result.runner, hfexport_backend, label, artifact=result.artifact())
 
 
 @pytest.mark.parametrize("entry", entry_params("export"))
@@ -32,7 +35,10 @@ def test_backend_runtime_runs_the_artifact(entry, exported, hfexport_backend, hf
     result = exported(entry)
     run = backend_runner(hfexport_implementation.raw_artifact(result.paths["model"]), hfexport_backend)
     for label, inputs in entry.input_sets(result.model).items():
-        assert_matches(result.model, inputs, run, hfexport_backend, f"{label} inputs", backend_file=True)
+        label = f"{label} inputs"
+        assert_matches(
+            result.model, inputs, run, hfexport_backend, label, backend_file=True, artifact=result.artifact()
+        )
 
 
 @pytest.mark.parametrize("entry", entry_params("export", key="export_batch"))
@@ -42,4 +48,4 @@ def test_backend_runtime_serves_a_padded_batch(entry, exported, hfexport_backend
     run = backend_runner(hfexport_implementation.raw_artifact(result.paths["model"]), hfexport_backend)
     inputs = entry.input_sets(result.model, ("batch",))["batch"]
     label = f"batch {entry.batch}, left-padded"
-    assert_matches(result.model, inputs, run, hfexport_backend, label, backend_file=True)
+    assert_matches(result.model, inputs, run, hfexport_backend, label, backend_file=True, artifact=result.artifact())

@@ -38,6 +38,7 @@ def check_components(result, kinds, backend):
                 result.runners[name],
                 backend,
                 f"component {name!r} on the {kind} prompt",
+                artifact=result.artifact(name),
             )
 
 

@@ -30,6 +30,7 @@ def check_decode(result, kinds, tokens, backend):
             result.runners["decode"],
             backend,
             f"decode of {tokens} query token(s) after the {kind} prompt",
+            artifact=result.artifact("decode"),
         )
 
 

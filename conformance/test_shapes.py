@@ -17,7 +17,7 @@ def test_artifact_accepts_other_lengths(entry, exported, hfexport_backend, data)
     result = exported(entry)
     seq = data.draw(st.integers(min_value=entry.min_seq, max_value=12), label="seq")
     inputs = entry.sample_inputs(result.model, batch=entry.sample[0], seq=seq)
-    assert_matches(result.model, inputs, result.runner, hfexport_backend, f"seq={seq}")
+    assert_matches(result.model, inputs, result.runner, hfexport_backend, f"seq={seq}", artifact=result.artifact())
 
 
 # Entries whose explicit Dim ranges are checked: a decoder and an encoder, each exported once more for it.
@@ -45,7 +45,8 @@ def test_explicit_dim_ranges_are_honoured(entry, exported, hfexport_backend):
     result = exported(entry, config={"dynamic_shapes": spec, "prefer_deferred_runtime_asserts_over_guards": True})
     model, runner = result.model, result.runner
     for n in (low, high):
-        assert_matches(model, entry.sample_inputs(model, batch=batch, seq=n), runner, hfexport_backend, f"seq={n}")
+        inputs = entry.sample_inputs(model, batch=batch, seq=n)
+        assert_matches(model, inputs, runner, hfexport_backend, f"seq={n}", artifact=result.artifact())
     outside = {"dynamo": (low - 1, high + 1), "executorch": (high + 1,)}.get(hfexport_backend, ())
     for n in outside:
         try:

@@ -70,4 +70,5 @@ def test_static_prefill_matches_eager_on_generates_call(entry, exported, hfexpor
         result.runners["prefill"],
         hfexport_backend,
         "static-cache prefill on generate()'s call",
+        artifact=result.artifact("prefill"),
     )

@@ -88,6 +88,8 @@ class Change:
             text += f" {self.now['nodeid']}"
         if kind == "REGRESSION":
             text += f": {self.message.splitlines()[0] if self.message else ''}"
+            if self.now is not None and self.now.get("first_divergence"):
+                text += f" (first diverging module: {self.now['first_divergence']})"
         return text
 
 

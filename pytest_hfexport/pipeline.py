@@ -255,10 +255,37 @@ class Harness:
         if failed:
             m.stage = "mismatch"
             m.message = "\n".join(r.message() for r in failed)
+            inputs = dict(sets)[failed[0].label]
+            tol = _merge(self.tolerance, tolerance)
+            found = self.locate(m, model, inputs, dict(sets[0][1]), exporter, export_config, tol)
+            m.message += f"\n{found.describe()}"
         self.record(m)
         if failed:
             raise ExportMismatch(f"{m.model}: {m.message}", "mismatch", m)
         return m
+
+    def locate(
+        self,
+        m: Measurement,
+        model: Any,
+        inputs: Mapping[str, Any],
+        sample: dict[str, Any],
+        exporter: Any,
+        config: Any,
+        tolerance: Any,
+    ) -> Any:
+        """After a mismatch: the first module whose output the artifact computes differently
+        (``pytest_hfexport.localise``), from the saved file, or for ExecuTorch from the in-memory program
+        (exported again when the artifact came from the cache)."""
+        from .localise import Artifact, locate
+
+        def program() -> Any:
+            if m.program is None:
+                m.program = self.implementation.export(exporter, model, sample, config)
+            return m.program
+
+        path = self.implementation.raw_artifact(m.artifact) if m.artifact is not None else None
+        return locate(model, inputs, self.backend, Artifact(path, program), tolerance=tolerance)
 
     def _directory(self) -> Path:
         self._count += 1

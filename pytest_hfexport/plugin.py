@@ -90,7 +90,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    with reporting.observe_comparisons(item):
+    with reporting.observe_verdicts(item):
         return (yield)
 
 

@@ -50,6 +50,9 @@ class Row:
     ratio: float | str | None = None
     tolerance: str | None = None
     compared: int = 0  # how many comparisons with eager the row's tests made
+    # After a mismatch: the first module whose output the artifact computes differently from eager
+    # (``pytest_hfexport.localise``); None when nothing mismatched or the locator could name none.
+    first_divergence: str | None = None
     seconds: float = 0.0
     nodeid: str = ""
     message: str = ""
@@ -136,6 +139,10 @@ class Recorder:
         comparisons = facts.get("comparisons") or []
         if measurements or comparisons:
             _record_errors(row, measurements, comparisons)
+        divergences = facts.get("divergences") or []
+        named = [d for d in divergences if d.get("module")]
+        if named:
+            row.first_divergence = named[0]["module"]
         if status in ("fail", "error", "xfail", "xpass"):
             row.stage = facts.get("stage")
             row.message = (facts.get("message") or _first_line(report))[:300]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,14 +16,21 @@ from .settings import settings_of
 RECORDER = pytest.StashKey[Any]()
 # Every comparison a test made (``compare.observing``): the errors and tolerance of its row, passes included.
 COMPARISONS = pytest.StashKey[list]()
+# Every module the locator named after a mismatch inside the test (``localise.observing``).
+DIVERGENCES = pytest.StashKey[list]()
 
 
-def observe_comparisons(item: pytest.Item) -> Any:
-    """A context for the test's call: every ``compare`` verdict inside it lands on the item's row."""
-    from .compare import observing
+@contextlib.contextmanager
+def observe_verdicts(item: pytest.Item) -> Iterator[None]:
+    """A context for the test's call: every ``compare`` verdict inside it, and every divergence the locator
+    found, land on the item's row."""
+    from . import compare, localise
 
-    found = item.stash.setdefault(COMPARISONS, [])
-    return observing(lambda result: found.append(result.measured()))
+    comparisons = item.stash.setdefault(COMPARISONS, [])
+    divergences = item.stash.setdefault(DIVERGENCES, [])
+    with compare.observing(lambda result: comparisons.append(result.measured())):
+        with localise.observing(lambda found: divergences.append(found.to_dict())):
+            yield
 
 
 def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
@@ -45,6 +54,7 @@ def attach_row_facts(item: pytest.Item, call: pytest.CallInfo, report: pytest.Te
         "message": message,
         "measurements": summaries if call.when == "call" else [],
         "comparisons": item.stash.get(COMPARISONS, []) if call.when == "call" else [],
+        "divergences": item.stash.get(DIVERGENCES, []) if call.when == "call" else [],
         "declared_gaps": gaps,
     }
 

@@ -103,3 +103,6 @@ def test_a_two_percent_error_inside_one_layer_fails_the_plain_export_on_every_ba
                                    tmp_path / "report.json")
     assert code == 1 and [r["status"] for r in rows] == ["fail"], (rows, output[-3000:])
     assert rows[0]["worst_output"] == "logits" and rows[0]["ratio"] > 1
+    # The locator names the perturbed module, in the failure message and on the report row.
+    assert rows[0]["first_divergence"] == "model.layers.1.mlp", (rows, output[-3000:])
+    assert "first diverging module: model.layers.1.mlp (LlamaMLP)" in output, output[-3000:]
