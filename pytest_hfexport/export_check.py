@@ -84,6 +84,10 @@ def check_artifact(
     )
     if verdict.extra:  # informational: the artifact returns more than eager does
         result["extra_outputs"] = list(verdict.extra)
+    if not verdict.ok:
+        from .localise import Artifact, locate
+
+        result["first_divergence"] = locate(module, kwargs, backend, Artifact(path), tolerance=atol).to_dict()
     return result
 
 
@@ -130,4 +134,8 @@ def format_check(result: Mapping[str, Any]) -> str:
         err = "-" if r["max_abs_error"] is None else f"{r['max_abs_error']:.2e}"
         verdict = "ok" if r["ok"] else (r["problem"] or "MISMATCH")
         lines.append(f"  {r['output']:<{width}}  {err:>9}  {verdict}")
+    if result.get("first_divergence"):
+        from .localise import Divergence
+
+        lines.append(f"  {Divergence(**result['first_divergence']).describe()}")
     return "\n".join(lines)

@@ -195,7 +195,10 @@ def artifact_values(
         return mv.onnx_module_values(artifact, kwargs)
     if backend == "executorch":
         if program is None:
-            raise mv.LocaliseError("the ExecuTorch locator needs the ExecuTorch program (a .pte keeps no module names)")
+            raise mv.LocaliseError(
+                "a .pte keeps no module names and no ExecuTorch program was at hand; "
+                "'hfexport explain MODEL ARTIFACT' exports the program again to locate it"
+            )
         return mv.exported_program_values(mv.executorch_program(program), kwargs)
     raise mv.LocaliseError(f"no locator for backend {backend!r}")
 

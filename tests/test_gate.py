@@ -104,3 +104,14 @@ def test_a_passing_row_whose_error_grew_tenfold_is_reported_as_drift_not_a_failu
     assert "2.00e-07 -> 5.00e-06 (x25)" in line and "atol=1e-05" in line and "'logits'" in line
     assert gate.main([report(tmp_path / "now.json", now), report(tmp_path / "before.json", before), "--rows"]) == 0
     assert "1 drifting" in capsys.readouterr().out
+
+
+def test_a_regression_line_names_the_first_diverging_module():
+    """A mismatch the locator placed carries its module onto the REGRESSION line: the user sees where, not only
+    which output."""
+    now = {**row("llama", "onnx", "export", "fail", "output 'logits' ... max abs error 3.5e-04", "mismatch"),
+           "first_divergence": "model.layers.1.mlp"}
+    result = gate.compare({("llama", "onnx", "export"): now},
+                          {("llama", "onnx", "export"): row("llama", "onnx", "export", "pass")})
+    line = result.regressions[0].line("REGRESSION")
+    assert line.endswith("max abs error 3.5e-04 (first diverging module: model.layers.1.mlp)"), line

@@ -67,7 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     _configure_logging(args)
     progress = Progress(quiet=args.quiet or False)
-    handlers = {"export": cmd_export, "run": cmd_run, "env": cmd_env}
+    from .checkers import commands
+
+    added = {name: command for name, command in commands().items() if name not in ("export", "run", "env")}
+    handlers = {"export": cmd_export, "run": cmd_run, "env": cmd_env, **{n: c.run for n, c in added.items()}}
     try:
         code, result = handlers[args.command](args, progress)
     except CliError as exc:
@@ -105,9 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_export(result, args.output))
     elif args.command == "run":
         print(format_run(result))
+    elif args.command in added:
+        print(added[args.command].format_result(result))
     else:
         print(format_env(result))
-    if code == EXIT_MISMATCH and not args.json:
+    if code == EXIT_MISMATCH and args.command == "export" and not args.json:
         print(
             "hfexport: outputs differ from eager beyond the tolerance (exit 1). Look at the worst output "
             "above; try --no-dynamic, another --opset, or report it with hfexport.json.",

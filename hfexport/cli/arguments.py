@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(.pt2), ONNX (.onnx) or ExecuTorch (.pte), check them against eager, and run them.",
         epilog="Exit codes: 0 ok, 1 mismatch against eager, 2 usage error, 3 export failed.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
+    from .checkers import commands
+
+    added = commands()
+    names = [*COMMANDS, *(n for n in added if n not in COMMANDS)]
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(names) + "}", parser_class=_Parser)
 
     common = _Parser(add_help=False)
     common.add_argument(
@@ -162,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("env", parents=[common], help=COMMANDS["env"][0], description=COMMANDS["env"][1])
+    for name, command in added.items():
+        if name not in COMMANDS:
+            parsed = sub.add_parser(name, parents=[common], help=command.HELP, description=command.DESCRIPTION)
+            command.add_arguments(parsed)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``export --check`` comes from a checker that a judge registers, found by entry point.
+"""``export --check`` and the judge's own commands (``explain``) come from a judge, found by entry point.
 
 The library imports nothing of the plugin that judges it: ``pytest_hfexport`` (installed with hfexport)
 registers its checker in the entry-point group ``hfexport.checkers`` (``pyproject.toml``). A checker is a
@@ -15,6 +15,20 @@ from .errors import usage_error
 
 GROUP = "hfexport.checkers"
 NAME = "export-check"
+# Whole commands a judge adds to ``hfexport`` (``hfexport explain``): a module with ``HELP``, ``DESCRIPTION``,
+# ``add_arguments(parser)``, ``run(args, progress) -> (exit code, result dict)`` and ``format_result(result)``.
+COMMAND_GROUP = "hfexport.commands"
+
+
+def commands() -> dict[str, Any]:
+    """The commands judges registered, by name (loaded: their modules import nothing heavy at import)."""
+    found: dict[str, Any] = {}
+    for ep in importlib.metadata.entry_points(group=COMMAND_GROUP):
+        try:
+            found.setdefault(ep.name, ep.load())
+        except ImportError:  # a judge installed without its dependencies adds no command; hfexport still runs
+            continue
+    return found
 
 
 def checker() -> Any:
