@@ -48,3 +48,41 @@ def test_the_ci_workflow_asserts_exportability_and_gates_a_bump(tmp_path):
     regressed = run([*gate, "--hfexport-impl=faults.perturbed_outputs"], repo, extra_path=str(ROOT / "tests"))
     assert regressed.returncode == 1, regressed.stdout[-3000:]
     assert "REGRESSION tiny-classifier/dynamo/export: pass -> fail" in regressed.stdout, regressed.stdout[-3000:]
+
+
+DOWNSTREAM_LLAMA = '''
+import torch, transformers
+from pytest_hfexport import ModelCase, parametrize_with_checks
+
+
+def build():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def make_inputs(model, batch, seq):
+    ids = torch.randint(0, 64, (batch, seq))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+@parametrize_with_checks([ModelCase("tiny-llama", build, make_inputs)], checks=["export"])
+def test_tiny_llama(check):
+    check()
+'''
+
+
+def test_a_model_repo_failure_names_the_first_diverging_module(tmp_path):
+    """A model repo's ``parametrize_with_checks`` run on an export whose layer-1 MLP is 2% off: the failure message
+    and the report row name ``model.layers.1.mlp`` (the plugin's export_and_compare locates every mismatch)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_llama.py").write_text(DOWNSTREAM_LLAMA)
+    done = run(["pytest", "-p", "no:cacheprovider", "test_llama.py", "--hfexport-backend=onnx",
+                "--hfexport-impl=faults.scaled_layer1_mlp", "--hfexport-report=report.json"], repo,
+               extra_path=str(ROOT / "tests"))
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "first diverging module: model.layers.1.mlp (LlamaMLP)" in done.stdout, done.stdout[-3000:]
+    rows = json.loads((repo / "report.json").read_text())["rows"]
+    assert [r["first_divergence"] for r in rows] == ["model.layers.1.mlp"], rows
