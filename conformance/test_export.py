@@ -15,9 +15,7 @@ from pytest_hfexport.backend_runtime import backend_runner
 def test_plain_export_matches_eager(entry, exported, hfexport_backend):
     result = exported(entry)
     for label, inputs in entry.input_sets(result.model).items():
-        assert_matches(
-            result.model, inputs, result.runner, hfexport_backend, f"{label} inputs", artifact=result.artifact()
-        )
+        assert_matches(result.model, inputs, result.runner, hfexport_backend, label, artifact=result.artifact())
 
 
 @pytest.mark.parametrize("entry", entry_params("export", key="export_batch"))
@@ -35,7 +33,6 @@ def test_backend_runtime_runs_the_artifact(entry, exported, hfexport_backend, hf
     result = exported(entry)
     run = backend_runner(hfexport_implementation.raw_artifact(result.paths["model"]), hfexport_backend)
     for label, inputs in entry.input_sets(result.model).items():
-        label = f"{label} inputs"
         assert_matches(
             result.model, inputs, run, hfexport_backend, label, backend_file=True, artifact=result.artifact()
         )

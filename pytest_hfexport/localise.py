@@ -53,7 +53,8 @@ class Divergence:
         return (
             f"first diverging module: {self.module}{call} ({self.module_type}), max abs error {self.max_abs:.3e}, "
             f"max rel error {self.max_rel:.3e}, tolerance {self.tolerance}{last} "
-            f"[{self.compared} modules compared on {self.backend}, {self.invisible} not visible in the artifact]"
+            f"[{self.compared} modules compared on {self.backend} in {self.seconds:.1f} s, "
+            f"{self.invisible} not visible in the artifact]"
         )
 
     def to_dict(self) -> dict[str, Any]:

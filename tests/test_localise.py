@@ -8,6 +8,7 @@ acceptance table of localisation: ``pytest tests/test_localise.py -v`` prints it
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -56,26 +57,29 @@ def faulty_export(entry_name: str, module_name: str, backend: str, folder: Path)
     inputs = entry.sample_inputs(model)
     exporter_cls, config_cls, suffix = BACKENDS[backend]
     handle = model.get_submodule(module_name).register_forward_hook(lambda module, args, out: _scaled(out))
+    start = time.perf_counter()
     try:
         program = exporter_cls().export(model, inputs, config=config_cls(dynamic=False))
     finally:
         handle.remove()
     path = folder / f"model.{suffix}"
     exporter_cls.save(program, str(path))
-    return model, inputs, program, path
+    return model, inputs, program, path, time.perf_counter() - start
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_the_locator_names_the_perturbed_module(fault, backend, tmp_path):
     entry_name, module_name = FAULTS[fault]
-    model, inputs, program, path = faulty_export(entry_name, module_name, backend, tmp_path)
+    model, inputs, program, path, export_seconds = faulty_export(entry_name, module_name, backend, tmp_path)
     run = hfexport.runtime.load(path)
     verdict = compare(flat_named(model(**inputs)), flat_named(run(**inputs)), backend)
     assert not verdict.ok, f"the 2% fault in {module_name} passed the verdict on {backend}"
     found = locate(model, inputs, backend, Artifact(path, lambda: program))
     assert found.module == module_name, found.describe()
     assert found.max_rel > 0.005, found.describe()
+    # The stated bound: locating costs at most three times the export itself (docs/plugin.md).
+    assert found.seconds <= 3 * export_seconds, (found.seconds, export_seconds)
 
 
 def test_the_locator_says_so_when_every_module_matches(tmp_path):
