@@ -11,7 +11,7 @@ the cells of a committed sweep (``DIR/<impl>.json``) and its build verdicts (``D
 ``--out`` lacks: ``make coverage`` seeds the peer's cells from ``docs/reports/coverage`` (the peer is a
 pinned release: its cells change only with the versions, and cells of other versions are measured again).
 ``--backends all`` adds ExecuTorch for a representative slice of architectures (``EXECUTORCH_SLICE``;
-``--executorch-all`` for every one). ``--report`` alone writes ``docs/coverage.md`` (and its chart)
+``--executorch-all`` for every one). ``--report`` alone writes ``out/coverage/report.md`` (and its chart)
 from ``out/coverage/*.json``; after a sweep it writes it too.
 """
 
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seed", type=Path, help="a folder of a committed sweep (<impl>.json, builds.json): its cells are reused"
     )
-    parser.add_argument("--markdown", type=Path, help="write the report here (default with --report: docs/coverage.md)")
+    parser.add_argument("--markdown", type=Path, help="write the report here (default with --report: out/coverage/report.md)")
     parser.add_argument("--report", action="store_true", help="write the report from the stored results")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
@@ -236,6 +236,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.report or args.markdown:
         from .report import write_report
 
-        path = write_report(args.out, args.markdown or Path("docs/coverage.md"))
+        path = write_report(args.out, args.markdown or Path("out/coverage/report.md"))
         print(f"report: {path}", file=sys.stderr)
     return 0

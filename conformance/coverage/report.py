@@ -1,4 +1,4 @@
-"""``docs/coverage.md`` (and ``docs/coverage.png``) from the stored sweeps of both implementations.
+"""``out/coverage/report.md`` (and its chart ``report.png``) from the stored sweeps of both implementations.
 
 Per backend: the share of buildable architectures whose plain dynamic export matches eager, and of
 generative ones whose generation matches, hfexport and the peer side by side on the architectures
@@ -6,7 +6,7 @@ both sweeps measured (each implementation's own totals too). Then the failure ca
 normalised message) per implementation, the reasons architectures are not buildable, and one row
 per architecture. The versions, dates and exact commands of the sweeps head the page.
 
-    python -m conformance.coverage.report [--out out/coverage] [--markdown docs/coverage.md]
+    python -m conformance.coverage.report [--out out/coverage] [--markdown out/coverage/report.md]
 """
 
 from __future__ import annotations
@@ -419,7 +419,7 @@ def write_report(out: Path, markdown: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("out/coverage"))
-    parser.add_argument("--markdown", type=Path, default=Path("docs/coverage.md"))
+    parser.add_argument("--markdown", type=Path, default=Path("out/coverage/report.md"))
     args = parser.parse_args(argv)
     print(write_report(args.out, args.markdown), file=sys.stderr)
     return 0
