@@ -88,6 +88,16 @@ def static_cache_of(call: Mapping[str, Any]) -> Any:
     return cache if getattr(cache, "is_compileable", False) else None
 
 
+def holds_one_position(call: Mapping[str, Any]) -> bool:
+    """The call's dynamic cache holds exactly one position (a one-token prompt, or an encoder-decoder's decoder
+    start token): torch.export specialises a size-1 axis, so a decode graph traced from this call would serve
+    only a one-position cache."""
+    for value in call.values():
+        if hasattr(value, "get_seq_length") and not getattr(value, "is_compileable", False):
+            return int(value.get_seq_length()) == 1
+    return False
+
+
 def _past_length(cache: Any) -> int:
     return int(cache.get_seq_length()) if cache is not None else 0
 

@@ -28,7 +28,14 @@ from typing import Any
 
 import torch
 
-from .decode_calls import TOKEN_KEYS, accepts_attention_mask, explicit_mask, merge_decode_calls, static_decode_call
+from .decode_calls import (
+    TOKEN_KEYS,
+    accepts_attention_mask,
+    explicit_mask,
+    holds_one_position,
+    merge_decode_calls,
+    static_decode_call,
+)
 from .errors import HfExportError
 from .patching import apply_patches
 from .shapes import widen_batch
@@ -183,7 +190,9 @@ def decompose_for_generation(
     ``prefill``, ``decode``. Multimodal: ``image_encoder`` / ``audio_encoder``, a projector
     (only under a conventional name), ``language_model``, ``lm_head``, ``decode``.
     """
-    calls = capture_generation_calls(model, inputs, generation_config, 3 if multi_token_decode else 2)
+    # One decode step more than the trace needs: the one to start from when the first step's cache holds one
+    # position (a one-token prompt, an encoder-decoder's start token), whose size-1 axis torch.export specialises.
+    calls = capture_generation_calls(model, inputs, generation_config, 4 if multi_token_decode else 3)
     targets: dict[str, torch.nn.Module] = calls.pop("__targets__")  # type: ignore[assignment]
     top = calls.get("model", [])
     if len(top) < 2:
@@ -195,7 +204,10 @@ def decompose_for_generation(
     masked = accepts_attention_mask(model)
     prefill, steps = explicit_mask(top[0], masked), [explicit_mask(step, masked) for step in top[1:]]
     user_mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
-    decode = merge_decode_calls(steps, user_mask) if multi_token_decode else static_decode_call(steps[0], user_mask)
+    block = 2 if multi_token_decode else 1  # a two-token step traces a decode graph that serves any block
+    start = 1 if holds_one_position(steps[0]) and len(steps) > block else 0
+    chosen = steps[start : start + block]
+    decode = merge_decode_calls(chosen, user_mask) if multi_token_decode else static_decode_call(chosen[0], user_mask)
 
     components: Components = {}
     multimodal = any(name.endswith("_encoder") and name in calls for name in targets if name != "encoder")

@@ -31,6 +31,13 @@ NOISY_WARNINGS = (
     (UserWarning, r"Mutation on a buffer in the model is detected"),
     (DeprecationWarning, r"read_binary is deprecated"),
     (DeprecationWarning, r"This API is experimental and subject to change without notice"),
+    # ExecuTorch reads its edge-dialect tables with importlib.resources' legacy API on first lowering.
+    (DeprecationWarning, r"(read_text|open_text) is deprecated"),
+    # torch's own modules still decorate with torch.jit.script_method; importing them during a lowering warns.
+    (DeprecationWarning, r"`torch.jit.script_method` is deprecated"),
+    # onnx's reference evaluator folding constants of masks (log(0) = -inf, a cast of -inf) in the optimizer.
+    (RuntimeWarning, r"divide by zero encountered in log"),
+    (RuntimeWarning, r"invalid value encountered in cast"),
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from .compare import ToleranceSpec
+from .generation_checks import GENERATION_CHECKS, default_checks
 
 CHECK_ARGNAME = "check"
 
@@ -38,12 +39,15 @@ class ModelCase:
     name: str
     build: Callable[[], Any]
     inputs: Callable[..., Mapping[str, Any]] | Mapping[str, Any]
-    checks: Sequence[str] = ("export", "shapes", "unchanged")  # see CHECKS
+    # None: by what the model is (``generation_checks.default_checks``: a generative head also gets the generation
+    # families; the model is built once at collection to see); or names from CHECKS.
+    checks: Sequence[str] | None = None
     sample: tuple[int, int] = (1, 6)
     other: tuple[int, int] = (2, 9)
     config: Mapping[str, Any] = field(default_factory=dict)  # export config overrides
     tolerance: ToleranceSpec = None  # one value for every output, or {output name or pattern: value}
     seed: int = 0
+    cache_len: int = 64  # the static cache's length (``static_cache``)
 
     def model(self) -> Any:
         import torch
@@ -232,6 +236,7 @@ CHECKS: dict[str, Callable[[ModelCase, Any, Any], Any]] = {
     "export": check_export,
     "shapes": check_shapes,
     "unchanged": check_unchanged,
+    **GENERATION_CHECKS,
 }
 
 
@@ -280,15 +285,16 @@ def parametrize_with_checks(
 ) -> Callable:
     """Decorator: one test per model x check (x backend, added by the plugin).
 
-    ``checks`` restricts the checks (default: each case's own, all of ``CHECKS`` by default). ``xfails`` maps
-    ``model/backend/check`` (fnmatch patterns allowed) or a test id to a reason; they are strict xfails."""
+    ``checks`` restricts the checks (default: each case's own, else what its model is: ``default_checks``).
+    ``xfails`` maps ``model/backend/check`` (fnmatch patterns allowed) or a test id to a reason; they are strict
+    xfails."""
     cases = [as_case(m) for m in models]
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         raise ValueError(f"parametrize_with_checks: model names must be unique, got {names}")
     params = []
     for case in cases:
-        for check in checks or case.checks:
+        for check in checks or case.checks or default_checks(case.model()):
             if check not in CHECKS:
                 raise ValueError(f"unknown check {check!r}; checks are {sorted(CHECKS)}")
             cc = CheckCase(case, check)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -49,4 +50,6 @@ def read_exported_program(path: str | Path) -> Any:
             _read[key] = torch.export.load(str(path))
         while len(_read) > KEPT:
             _read.popitem(last=False)
-    return copy.deepcopy(_read[key])
+    with warnings.catch_warnings():  # torch's own pytree deprecation, raised while copying its specs
+        warnings.filterwarnings("ignore", category=FutureWarning, message=r".*treespec.* is deprecated")
+        return copy.deepcopy(_read[key])

@@ -234,3 +234,27 @@ def test_widened_sample_keeps_flattened_patches_with_their_grid_rows():
     assert wide["input_ids"].shape == (2, 10) and wide["image_grid_thw"].shape == (2, 3)
     assert wide["pixel_values"].shape == (32, 96)
     assert torch.equal(wide["pixel_values"][16:], inputs["pixel_values"])
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "executorch"])
+def test_a_one_token_decoder_prompt_traces_a_decode_graph_for_every_cache_length(backend, tmp_path):
+    """T5 prompted with its start token alone (how a user calls generate()): the first decode step's cache holds
+    one position, a size-1 axis torch.export specialises; the decode graph is traced from the next step, so it
+    serves every cache length and generate() served by the artifacts gives eager's tokens (it refused the second
+    step before, 'past_key_values[0].size()[2] == 1'; on ExecuTorch the program expected a cache length of 1)."""
+    from hfexport import AutoExportConfig, AutoHfExporter
+    from hfexport.runtime import load
+    from hfexport.runtime.components import ExportedGenerate, eager_greedy_tokens
+
+    entry, model = zoo_model("t5")
+    inputs = entry.sample_inputs(model)
+    inputs["decoder_input_ids"] = inputs["decoder_input_ids"][:, :1]
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    programs = exporter.export_for_generation(model, inputs, config)
+    runners = {}
+    for name, program in programs.items():
+        exporter.save(program, str(tmp_path / f"{name}{exporter.file_suffix}"))
+        runners[name] = load(tmp_path / f"{name}{exporter.file_suffix}")
+    got = ExportedGenerate(model, decompose_for_generation(model, inputs), runners).generate(inputs, 8)
+    assert got.tolist() == eager_greedy_tokens(model, inputs, 8).tolist()
