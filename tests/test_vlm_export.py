@@ -13,7 +13,7 @@ import transformers
 from helpers import assert_matches, eager, zoo_model
 from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position_ids
 
-from conformance.zoo.entries import QWEN2VL_TOKENS
+from conformance.zoo.entries_vlm import QWEN2VL_TOKENS
 from hfexport import DynamoConfig, DynamoExporter, ExecutorchConfig, ExecutorchExporter
 from hfexport.generation import decompose_for_generation
 from hfexport.patching import apply_patches
