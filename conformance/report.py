@@ -2,13 +2,12 @@
 
     python -m conformance.report out/conformance-hfexport.json [--markdown]
 
-Prints the implementation, when and with which versions it was measured, the command, the session's
-wall time, the totals per status (tests and model x backend x check cells), the counts per check and
-backend, the gaps the implementation declares, the per-model matrix and the known failures with
-their reasons. ``--markdown`` prints the same as markdown. ``--known-failures`` prints instead the known-failures file of that run: one strict
-xfail per failed test, keyed by test id, whose reason is the measured message (run the suite with
-``--hfexport-xfails`` pointing at an empty file to measure every failure).
-"""
+Prints the implementation, when and with which versions it was measured, the command, the session's wall time, the
+totals per status (tests and model x backend x check cells), the counts per check and backend, the gaps the
+implementation declares, the per-model matrix and the known failures with their reasons. ``--markdown`` prints the
+same as markdown. ``--known-failures`` prints instead the known-failures file of that run: one strict xfail per
+failed test, keyed by test id, whose reason is the measured message (run the suite with ``--hfexport-xfails``
+pointing at an empty file to measure every failure)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ error relative to the output's scale (``max|eager|``) among larger outputs (what
 each with the row that gave it, and the tolerance ``FACTOR`` times those. An output passes when ``max abs error <=
 atol + rtol * scale``: with ``atol = FACTOR * A`` and ``rtol = FACTOR * R`` every measured output passes with
 ``FACTOR`` to spare (an output within [-1, 1] by its absolute error, a larger one by its relative error).
-``pytest_hfexport.compare`` holds the result; ``docs/plugin.md`` ("Tolerances") quotes the table. Only passing rows count:
-a failing row's error may be the fault it caught.
+``pytest_hfexport.compare`` holds the result; ``docs/plugin.md`` ("Tolerances") quotes the table. Only passing
+rows count: a failing row's error may be the fault it caught.
 """
 
 from __future__ import annotations

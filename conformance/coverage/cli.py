@@ -74,7 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seed", type=Path, help="a folder of a committed sweep (<impl>.json, builds.json): its cells are reused"
     )
-    parser.add_argument("--markdown", type=Path, help="write the report here (default with --report: out/coverage/report.md)")
+    parser.add_argument(
+        "--markdown", type=Path, help="write the report here (default with --report: out/coverage/report.md)"
+    )
     parser.add_argument("--report", action="store_true", help="write the report from the stored results")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
