@@ -40,6 +40,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "hook_left_behind": ("dynamo", HYGIENE, {"hygiene"}),
     "grad_mode_left_off": ("dynamo", HYGIENE, {"hygiene"}),
     "inputs_mutated": ("dynamo", HYGIENE, {"hygiene"}),
+    "inputs_key_added": ("dynamo", HYGIENE, {"hygiene"}),
     "warnings_silenced": ("dynamo", HYGIENE, {"hygiene"}),
     "rng_reseeded": ("dynamo", HYGIENE, {"hygiene"}),
     "frozen_parameters": ("dynamo", HYGIENE, {"hygiene"}),

@@ -93,6 +93,12 @@ class DecodeLoop(Protocol):
     def runtime_writes(self) -> dict[str, int]: ...
 
 
+def callers_mapping(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's own dict (a copy only of another kind of mapping): an implementation under test gets what a
+    user would hand it, so a change it makes to the mapping is a change the checks can see."""
+    return inputs if isinstance(inputs, dict) else dict(inputs)
+
+
 class Adapter:
     """One implementation of the export API, as the judge sees it. Subclasses fill in the methods."""
 
@@ -135,13 +141,15 @@ class Adapter:
         raise NotImplementedError
 
     def export(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any) -> Any:
-        return exporter.export(model, dict(inputs), config=config)
+        """The caller's mapping itself goes to the implementation (``callers_mapping``): hygiene must see an export
+        that adds, removes or replaces its keys."""
+        return exporter.export(model, callers_mapping(inputs), config=config)
 
     def export_for_generation(
         self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any, **options: Any
     ) -> dict[str, Any]:
         """{component name: program}."""
-        return dict(exporter.export_for_generation(model, dict(inputs), config, **options))
+        return dict(exporter.export_for_generation(model, callers_mapping(inputs), config, **options))
 
     # -- artifacts ---------------------------------------------------------------------------------
     def save(self, exporter: Any, program: Any, directory: Path, stem: str = "model") -> Path:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import Adapter, tolerant_logging
+from .base import Adapter, callers_mapping, tolerant_logging
 
 SUFFIXES = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 
@@ -50,13 +50,13 @@ class TransformersAdapter(Adapter):
         return self.module.AutoHfExporter.from_config(self.config(backend))
 
     def export(self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any) -> Any:
-        wrapped = exporter.export(model, dict(inputs), config)
+        wrapped = exporter.export(model, callers_mapping(inputs), config)
         return self._unwrap(wrapped)["model"]
 
     def export_for_generation(
         self, exporter: Any, model: Any, inputs: Mapping[str, Any], config: Any, **options: Any
     ) -> dict[str, Any]:
-        return self._unwrap(exporter.export_for_generation(model, dict(inputs), config, **options))
+        return self._unwrap(exporter.export_for_generation(model, callers_mapping(inputs), config, **options))
 
     def _unwrap(self, wrapped: Any) -> dict[str, Any]:
         """The peer returns one ExportedModel holding every component; remember where each program came from,
