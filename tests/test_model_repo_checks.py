@@ -25,7 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_repo(repo: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     env.pop("PYTEST_XDIST_WORKER", None)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_repo.py", "--hfexport-backend=all", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "test_repo.py",
+        "--hfexport-backend=all",
+        *args,
+    ]
     return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=3000)
 
 
@@ -38,14 +47,21 @@ def test_a_model_repo_gates_a_generation_only_fault(tmp_path):
     assert first.returncode == 0, first.stdout[-4000:]
     rows = json.loads((repo / "before.json").read_text())["rows"]
     checks = {(r["model"], r["check"]) for r in rows}
-    assert {("tiny-llama", c) for c in ("generation", "generation_tokens", "multi_token_decode", "static_cache")} <= checks
+    assert {
+        ("tiny-llama", c) for c in ("generation", "generation_tokens", "multi_token_decode", "static_cache")
+    } <= checks
     assert {("tiny-t5", c) for c in ("generation", "generation_tokens")} <= checks
     assert not {c for m, c in checks if m == "scorer"} & {"generation", "static_cache"}, checks
-    gated = run_repo(repo, "--hfexport-baseline=before.json", "--hfexport-report=after.json",
-                     "--hfexport-impl=faults.maskless_static_decode")
+    gated = run_repo(
+        repo,
+        "--hfexport-baseline=before.json",
+        "--hfexport-report=after.json",
+        "--hfexport-impl=faults.maskless_static_decode",
+    )
     assert gated.returncode == 1, gated.stdout[-4000:]
     regressed = [line for line in gated.stdout.splitlines() if line.startswith("REGRESSION ")]
-    assert regressed and all("/generation" in line or "/static_cache" in line or "/multi_token_decode" in line
-                             for line in regressed), regressed
+    assert regressed and all(
+        "/generation" in line or "/static_cache" in line or "/multi_token_decode" in line for line in regressed
+    ), regressed
     assert any("tiny-llama/" in line and "/static_cache" in line for line in regressed), regressed
     assert not any("/export:" in line or "/shapes:" in line for line in regressed), regressed
