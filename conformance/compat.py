@@ -173,6 +173,9 @@ def page(results: dict[str, Any], window: dict[str, Any]) -> str:
         "",
         "## Stacks",
         "",
+        "Regressions are rows that pass on the pinned stack and not on this one; each is a known failure declared",
+        "for that stack's releases (a strict xfail with its measured message), listed by cause under the stack.",
+        "",
         "| stack | releases | tests pass / fail / xfail / skipped or unsupported | regressions | default tier wall |",
         "|---|---|---|---|---|",
     ]
