@@ -168,19 +168,11 @@ def test_exported_components_drive_generate_to_the_eager_tokens(backend, tmp_pat
     """T5 on both backends: encoder + prefill + decode artifacts, loaded from disk, inside the model's own
     generate(). Covers a ModelOutput (encoder_outputs) in saved example inputs and ONNX SDPA with a symbolic
     head axis (T5's view(*shape, -1, head_dim))."""
-    from hfexport import AutoExportConfig, AutoHfExporter
-    from hfexport.runtime import load
     from hfexport.runtime.components import ExportedGenerate, eager_greedy_tokens
 
     entry, model = zoo_model("t5")
     inputs = entry.sample_inputs(model)
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    programs = exporter.export_for_generation(model, inputs, config)
-    runners = {}
-    for name, program in programs.items():
-        exporter.save(program, str(tmp_path / f"{name}{exporter.file_suffix}"))
-        runners[name] = load(tmp_path / f"{name}{exporter.file_suffix}")
+    runners = _saved_components(model, inputs, backend, tmp_path)
     generator = ExportedGenerate(model, decompose_for_generation(model, inputs), runners)
     got = generator.generate(inputs, 8)
     assert got.tolist() == eager_greedy_tokens(model, inputs, 8).tolist()
@@ -242,19 +234,25 @@ def test_a_one_token_decoder_prompt_traces_a_decode_graph_for_every_cache_length
     one position, a size-1 axis torch.export specialises; the decode graph is traced from the next step, so it
     serves every cache length and generate() served by the artifacts gives eager's tokens (it refused the second
     step before, 'past_key_values[0].size()[2] == 1'; on ExecuTorch the program expected a cache length of 1)."""
-    from hfexport import AutoExportConfig, AutoHfExporter
-    from hfexport.runtime import load
     from hfexport.runtime.components import ExportedGenerate, eager_greedy_tokens
 
     entry, model = zoo_model("t5")
     inputs = entry.sample_inputs(model)
     inputs["decoder_input_ids"] = inputs["decoder_input_ids"][:, :1]
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    programs = exporter.export_for_generation(model, inputs, config)
-    runners = {}
-    for name, program in programs.items():
-        exporter.save(program, str(tmp_path / f"{name}{exporter.file_suffix}"))
-        runners[name] = load(tmp_path / f"{name}{exporter.file_suffix}")
+    runners = _saved_components(model, inputs, backend, tmp_path)
     got = ExportedGenerate(model, decompose_for_generation(model, inputs), runners).generate(inputs, 8)
     assert got.tolist() == eager_greedy_tokens(model, inputs, 8).tolist()
+
+
+def _saved_components(model, inputs, backend, folder):
+    """Every export_for_generation component of ``model`` saved into ``folder`` and loaded back: name -> runner."""
+    from hfexport import AutoExportConfig, AutoHfExporter
+    from hfexport.runtime import load
+
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    runners = {}
+    for name, program in exporter.export_for_generation(model, inputs, config).items():
+        exporter.save(program, str(folder / f"{name}{exporter.file_suffix}"))
+        runners[name] = load(folder / f"{name}{exporter.file_suffix}")
+    return runners

@@ -96,26 +96,27 @@ def test_the_locator_names_the_perturbed_module(fault, backend, tmp_path):
     assert found.seconds <= 3 * export_seconds, (found.seconds, export_seconds)
 
 
-def test_the_locator_says_so_when_every_module_matches(tmp_path):
-    """A difference the locator cannot see inside any module (the artifact's last step) names no module."""
+def _clean_llama(folder: Path):
+    """llama, its sample and a faithful static Dynamo export of it saved in ``folder``."""
     entry = get("llama")
     model = entry.model()
     inputs = entry.sample_inputs(model)
     program = hfexport.DynamoExporter().export(model, inputs, config=hfexport.DynamoConfig(dynamic=False))
-    path = tmp_path / "model.pt2"
+    path = folder / "model.pt2"
     hfexport.DynamoExporter.save(program, str(path))
+    return model, inputs, path
+
+
+def test_the_locator_says_so_when_every_module_matches(tmp_path):
+    """A difference the locator cannot see inside any module (the artifact's last step) names no module."""
+    model, inputs, path = _clean_llama(tmp_path)
     found = locate(model, inputs, "dynamo", Artifact(path))
     assert isinstance(found, Divergence) and found.module is None and found.compared > 20, found.describe()
     assert "every module the artifact keeps apart matches eager" in found.reason
 
 
 def test_the_locator_leaves_the_model_and_its_hooks_as_they_were(tmp_path):
-    entry = get("llama")
-    model = entry.model()
-    inputs = entry.sample_inputs(model)
-    program = hfexport.DynamoExporter().export(model, inputs, config=hfexport.DynamoConfig(dynamic=False))
-    path = tmp_path / "model.pt2"
-    hfexport.DynamoExporter.save(program, str(path))
+    model, inputs, path = _clean_llama(tmp_path)
     before = path.read_bytes()
     hooks = sum(len(m._forward_hooks) for m in model.modules())
     state = {k: v.clone() for k, v in model.state_dict().items()}
