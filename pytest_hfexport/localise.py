@@ -63,6 +63,8 @@ class Divergence:
 
 @dataclass
 class _Record:
+    """One call of one eager module: its float output tensors (a cache it returns is left to the verdict)."""
+
     name: str
     type_name: str
     call: int
@@ -75,7 +77,7 @@ def _tensors(value: Any) -> list[Any]:
 
     if isinstance(value, torch.Tensor):
         return [value]
-    if isinstance(value, (tuple, list)) or isinstance(value, Mapping) or hasattr(value, "to_tuple"):
+    if isinstance(value, (tuple, list, Mapping)):  # a ModelOutput is a Mapping
         items = value.values() if isinstance(value, Mapping) else value
         return [t for item in items for t in _tensors(item)]
     return []  # a cache object: its tensors are the artifact's cache outputs, compared by the verdict
