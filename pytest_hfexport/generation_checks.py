@@ -115,7 +115,7 @@ def export_components(case: Any, harness: Any, m: Any, **options: Any) -> Compon
         return {name: adapter.save(exporter, program, folder, name) for name, program in parts.programs.items()}
 
     if harness.cache is None:
-        parts.paths = build(harness._directory())
+        parts.paths = build(harness.directory())
     else:
         from .artifact_cache import export_key
 

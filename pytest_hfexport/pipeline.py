@@ -217,7 +217,7 @@ class Harness:
                 m.program = self.implementation.export(exporter, model, dict(sets[0][1]), export_config)
                 lap("export")
                 stage = "save"
-                m.artifact = self.implementation.save(exporter, m.program, self._directory())
+                m.artifact = self.implementation.save(exporter, m.program, self.directory())
                 lap("save")
                 stage = "load"
                 runner = m.runner = self.implementation.load(m.artifact)
@@ -287,7 +287,8 @@ class Harness:
         path = self.implementation.raw_artifact(m.artifact) if m.artifact is not None else None
         return locate(model, inputs, self.backend, Artifact(path, program), tolerance=tolerance)
 
-    def _directory(self) -> Path:
+    def directory(self) -> Path:
+        """A fresh folder for one export's artifacts under this harness's work folder."""
         self._count += 1
         directory = self.workdir / f"{self.backend}-{self._count}"
         directory.mkdir(parents=True, exist_ok=True)

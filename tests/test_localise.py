@@ -108,7 +108,8 @@ def _clean_llama(folder: Path):
 
 
 def test_the_locator_says_so_when_every_module_matches(tmp_path):
-    """A difference the locator cannot see inside any module (the artifact's last step) names no module."""
+    """Where every module the artifact keeps apart matches eager (here a faithful export), the locator names no
+    module and says so instead of guessing."""
     model, inputs, path = _clean_llama(tmp_path)
     found = locate(model, inputs, "dynamo", Artifact(path))
     assert isinstance(found, Divergence) and found.module is None and found.compared > 20, found.describe()
