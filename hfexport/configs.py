@@ -233,9 +233,16 @@ class DynamoConfig(ExportConfigMixin, export_format=ExportFormat.DYNAMO):
     # ExecuTorch's debug tools read). Off by default: capturing them is a measurable part of an export's time
     # (docs/performance.md), and export errors name the failing source line without them.
     stack_traces: bool = False
+    # Weight quantization: a scheme of hfexport.quantization.SCHEMES ("int8" on every backend, "int4" for ONNX
+    # Runtime, "8da4w" for ExecuTorch XNNPACK), and its group size (None: the scheme's default).
+    quantization: str | None = None
+    quantization_group_size: int | None = None
 
     def validate(self) -> None:
         super().validate()
+        from .quantization import check_config
+
+        check_config(self)
         if self.dynamic_shapes is not None and not isinstance(self.dynamic_shapes, (dict, list, tuple)):
             raise ValueError(
                 "dynamic_shapes must be a dict keyed by input name (or a tuple/list by position), "

@@ -33,6 +33,7 @@ from .io import atomic_output
 from .model_state import preserved, restore_model, snapshot_model, stateful_attributes_cleared
 from .patching import apply_fx_program_fixes, apply_patches
 from .patching.attention import check_attention_exportable
+from .quantization import quantized_for_trace
 from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
@@ -195,6 +196,7 @@ class DynamoExporter(HfExporter):
             # Patches go in before stage 1 binds model.forward, so a patch of the exported module's own
             # forward (a vision encoder exported as a generation component) applies too.
             stack.enter_context(apply_patches(*self.patch_backends))  # stage 2
+            stack.enter_context(quantized_for_trace(model, config))  # undone before the model is restored
             stack.enter_context(flat_forward(model, graph_inputs, constants))  # stage 1
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
             stack.enter_context(self.tracing_mode(config))

@@ -36,6 +36,7 @@ from .errors import HfExportError
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
 from .patching import apply_fx_node_fixes, apply_fx_program_fixes, onnx_fixes
+from .quantization import quantize_onnx_graph
 from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
@@ -214,6 +215,9 @@ class OnnxExporter(DynamoExporter):
                 onnx_program.optimize()
                 model = onnx_program.model
             onnx_fixes.apply_onnx_ir_fixes(model)
+            quantize_onnx_graph(model, config)
+        except HfExportError:
+            raise
         except Exception as exc:
             raise HfExportError(
                 f"ONNX post-processing failed (opset {opset}, optimize={config.optimize}): "

@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--multi-token-decode, where the decode loop needs a symbolic query axis; off otherwise)",
     )
     ex.add_argument("--backend", choices=EXECUTORCH_BACKENDS, help="ExecuTorch delegate (default xnnpack)")
+    ex.add_argument(
+        "--quantize",
+        metavar="SCHEME",
+        help="weight quantization: int8 (every format), int4 (onnx: MatMulNBits), 8da4w (executorch: XNNPACK); "
+        "docs/quantization.md",
+    )
+    ex.add_argument("--group-size", type=_positive_int, help="quantization group size (default: the scheme's, 32)")
     ex.add_argument("--opset", type=int, help="ONNX opset (default: the newest the installed onnxscript supports)")
     ex.add_argument(
         "--check",
@@ -192,6 +199,8 @@ def validate_export_args(args: argparse.Namespace) -> None:
             f"--opset {args.opset}: the torch.export-based ONNX exporter emits opset 18 or newer; "
             "pass 18 or more, or leave --opset out for the newest supported"
         )
+    if args.group_size is not None and not args.quantize:
+        raise usage_error("--group-size sizes the quantization groups: add --quantize SCHEME")
     if args.atol is not None and not args.check:
         raise usage_error("--atol sets the tolerance of --check: add --check")
     if args.static_cache and args.static_cache <= args.seq_len + 3:

@@ -30,6 +30,8 @@ def make_export_config(args: argparse.Namespace, dynamic: bool) -> Any:
     data: dict[str, Any] = {"export_format": args.format, "dynamic": dynamic}
     if args.format == "onnx" and args.opset is not None:
         data["opset_version"] = args.opset
+    if args.quantize:
+        data["quantization"], data["quantization_group_size"] = args.quantize, args.group_size
     if args.format == "executorch":
         # Memory planning stays on (alloc_* True): with unplanned graph inputs the Python runtime keeps the
         # storage it first bound and ignores the values of a later call's cache inputs, so --check of a
