@@ -3,25 +3,30 @@
 A config's ``quantization`` names a scheme and ``quantization_group_size`` its block size (None: the scheme's
 default). A scheme says which backends carry it and how: an eager-side transform applied to the model for the
 trace and undone after (the caller's model comes back exactly as it was), and/or a pass over the lowered ONNX
-graph. What each scheme computes is written in its ``definition`` so that a judge can rebuild the same
-arithmetic in eager and check the artifact exactly:
+graph. What each scheme computes is written here so that a judge can rebuild the same arithmetic in eager and
+check the artifact exactly:
 
 * ``int8``: every ``nn.Linear``'s weight as int8 with one symmetric scale per output channel
   (``scale = max|w| / 127``, ``q = round(w / scale)``); activations stay float. The graph holds the int8 weight
-  and computes ``linear(x, q) * scale``. Dynamo, ONNX and ExecuTorch.
-* ``int4``: every ``MatMul`` whose weight is a constant (each ``nn.Linear`` after the ONNX optimizer folded its
-  transpose) as ONNX Runtime's ``MatMulNBits``: 4-bit blocks of ``group_size`` along the input axis, symmetric
-  (``scale = v / -8`` for the block's largest-magnitude value ``v``, ``q = clamp(round(w / scale), -8, 7)``; a
-  last partial block is padded with zeros), float activations; quantized by onnxruntime's own kernel. ONNX only.
+  and computes ``linear(x, q) * scale``; model code that reads a layer's ``weight`` itself gets the dequantized
+  weight. Dynamo, ONNX and ExecuTorch.
+* ``int4``: every ``nn.Linear`` call (a ``MatMul``, or a ``Gemm`` for 2-D inputs, whose weight the ONNX optimizer
+  folded into a constant; the nodes' module metadata says which) as ONNX Runtime's ``MatMulNBits``: 4-bit blocks
+  of ``group_size`` along the input axis, symmetric (``scale = v / -8`` for the block's largest-magnitude value
+  ``v``, ``q = clamp(round(w / scale), -8, 7)``; a last partial block is padded with zeros), float activations;
+  quantized by onnxruntime's own kernel. ONNX only.
 * ``8da4w``: every ``nn.Linear`` whose input width the group size divides, through torchao's
   ``Int8DynamicActivationIntxWeightConfig``: int4 symmetric weights per group of ``group_size``, int8
   asymmetric activations quantized per token at run time; XNNPACK runs it as integer kernels. ExecuTorch with
   the XNNPACK backend only.
+
+No scheme touches ``MultiheadAttention``'s ``out_proj`` (attention reads its weight, never calls it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,13 +53,21 @@ class QuantizationScheme:
 
 
 def _linears(model: Any) -> Iterator[tuple[Any, str, Any]]:
-    """(parent, attribute, linear) for every ``nn.Linear`` with a floating weight, each once."""
+    """(parent, attribute, linear) for every ``nn.Linear`` with a floating weight, each once; not
+    ``MultiheadAttention``'s ``out_proj`` (a ``NonDynamicallyQuantizableLinear``: attention reads its weight
+    itself, never calls it)."""
     import torch
 
+    skipped = torch.nn.modules.linear.NonDynamicallyQuantizableLinear
     seen: set[int] = set()
     for parent in model.modules():
         for attribute, child in parent.named_children():
-            if isinstance(child, torch.nn.Linear) and child.weight.is_floating_point() and id(child) not in seen:
+            if (
+                isinstance(child, torch.nn.Linear)
+                and not isinstance(child, skipped)
+                and child.weight.is_floating_point()
+                and id(child) not in seen
+            ):
                 seen.add(id(child))
                 yield parent, attribute, child
 
@@ -75,6 +88,11 @@ def _int8_linear_class() -> type:
             self.register_buffer("weight_int8", torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8))
             self.register_buffer("weight_scale", scale)
             self.bias = linear.bias
+
+        @property
+        def weight(self) -> torch.Tensor:
+            """The dequantized weight, for model code that reads ``layer.weight`` itself (Mamba's ``dt_proj``)."""
+            return self.weight_int8.to(self.weight_scale.dtype) * self.weight_scale[:, None]
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             out = torch.nn.functional.linear(x, self.weight_int8.to(x.dtype)) * self.weight_scale.to(x.dtype)
@@ -108,8 +126,9 @@ def _int8_dynamic_activations_int4_weights(model: Any, group_size: int | None) -
     from torchao.quantization.granularity import PerGroup
 
     assert group_size is not None
+    linears = {id(linear) for _, _, linear in _linears(model)}
     chosen = {id(linear): linear for _, _, linear in _linears(model) if linear.in_features % group_size == 0}
-    left = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and id(m) not in chosen)
+    left = sorted(name for name, m in model.named_modules() if id(m) in linears and id(m) not in chosen)
     if left:
         logger.info(
             "8da4w: %d linear layers stay float (input width not a multiple of %d): %s",
@@ -132,9 +151,55 @@ def _int8_dynamic_activations_int4_weights(model: Any, group_size: int | None) -
             linear.__dict__.pop("extra_repr", None)  # torchao describes the quantized weight on the instance
 
 
+def _is_linear_call(node: Any) -> bool:
+    """Whether an ONNX node computes an ``nn.Linear`` module's own ``aten.linear`` (its metadata's innermost
+    module class), not a matmul that model code writes with a weight of its own."""
+    import ast
+
+    hierarchy = node.metadata_props.get("pkg.torch.onnx.class_hierarchy")
+    if not hierarchy:
+        return False
+    classes = ast.literal_eval(hierarchy)
+    return len(classes) >= 2 and classes[-1].startswith("aten.linear") and _names_a_linear(classes[-2])
+
+
+@functools.cache
+def _names_a_linear(class_path: str) -> bool:
+    """Whether ``class_path`` (``package.module.Class``) is ``nn.Linear`` or a subclass of it."""
+    import pydoc
+
+    import torch
+
+    found = pydoc.locate(class_path)
+    return isinstance(found, type) and issubclass(found, torch.nn.Linear)
+
+
+def _constant_weight(node: Any) -> Any:
+    """The [K, N] float32 weight of a MatMul (input B) or of a Gemm (B, transposed when ``transB``) that is a
+    constant initializer and that the node multiplies plainly (Gemm: alpha = beta = 1, no transA); else None."""
+    import numpy as np
+
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm") or len(node.inputs) < 2:
+        return None
+    if node.op_type == "Gemm":
+        attributes = {name: attr.value for name, attr in node.attributes.items()}
+        if attributes.get("alpha", 1.0) != 1.0 or attributes.get("beta", 1.0) != 1.0 or attributes.get("transA", 0):
+            return None
+    weight = node.inputs[1]
+    if weight is None or not weight.is_initializer() or weight.const_value is None:
+        return None
+    array = weight.const_value.numpy()
+    if array.ndim != 2 or array.dtype != np.float32:
+        return None
+    if node.op_type == "Gemm" and node.attributes.get("transB") is not None and node.attributes["transB"].value:
+        array = array.T
+    return array
+
+
 def quantize_onnx_int4(model: Any, group_size: int) -> int:
-    """Replace every ``MatMul`` whose weight is a constant 2-D float32 initializer by ``MatMulNBits`` (4 bits,
-    symmetric, blocks of ``group_size`` along K), quantized by onnxruntime's own kernel. Returns the count."""
+    """Replace each ``nn.Linear`` call (a MatMul, or a Gemm for 2-D inputs, whose weight is a constant 2-D
+    float32 initializer) by ``MatMulNBits`` (4 bits, symmetric, blocks of ``group_size`` along K), quantized by
+    onnxruntime's own kernel; a Gemm's bias becomes the node's bias input. Returns the count."""
     import numpy as np
     import onnx_ir as ir
     from onnxruntime.capi._pybind_state import quantize_matmul_4bits
@@ -142,14 +207,10 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
     graph = model.graph
     count = 0
     for node in list(graph):
-        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        array = _constant_weight(node) if _is_linear_call(node) else None
+        if array is None:
             continue
         weight = node.inputs[1]
-        if weight is None or not weight.is_initializer() or weight.const_value is None:
-            continue
-        array = weight.const_value.numpy()
-        if array.ndim != 2 or array.dtype != np.float32:
-            continue
         k, n = array.shape
         blocks = -(-k // group_size)
         padded = np.pad(array, ((0, blocks * group_size - k), (0, 0))) if blocks * group_size != k else array
@@ -163,10 +224,14 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
         )
         graph.register_initializer(packed_value)
         graph.register_initializer(scales_value)
+        inputs = [node.inputs[0], packed_value, scales_value]
+        bias = node.inputs[2] if node.op_type == "Gemm" and len(node.inputs) > 2 else None
+        if bias is not None:
+            inputs += [None, None, bias]  # zero points and g_idx absent
         replacement = ir.Node(
             "com.microsoft",
             "MatMulNBits",
-            inputs=[node.inputs[0], packed_value, scales_value],
+            inputs=inputs,
             attributes=[
                 ir.AttrInt64("K", k),
                 ir.AttrInt64("N", n),
@@ -177,18 +242,14 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
             metadata_props=dict(node.metadata_props),  # the module scopes: the locator still names the layer
         )
         out = node.outputs[0]
-        replacement.outputs[0].name, replacement.outputs[0].shape, replacement.outputs[0].type = (
-            None,
-            out.shape,
-            out.type,
-        )
+        replacement.outputs[0].shape, replacement.outputs[0].type = out.shape, out.type
         ir.convenience.replace_nodes_and_values(graph, node, [node], [replacement], node.outputs, replacement.outputs)
         if not weight.uses():
             graph.initializers.pop(weight.name, None)
         count += 1
     if count:
         model.opset_imports.setdefault("com.microsoft", 1)
-    logger.info("int4: %d MatMul weights quantized to MatMulNBits (block %d)", count, group_size)
+    logger.info("int4: %d linear layers quantized to MatMulNBits (block %d)", count, group_size)
     return count
 
 
