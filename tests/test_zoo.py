@@ -49,3 +49,25 @@ def test_rounding_is_not_taken_for_a_model_that_serves_blocks_differently(thread
             decode_block(model, mamba.input_sets(model, ("sample",))["sample"], 3)
     finally:
         torch.set_num_threads(before)
+
+
+# Parameter counts of the published checkpoints (their model cards' safetensors totals, tied weights once).
+PUBLISHED_PARAMETERS = {
+    "smollm2_135m": 134_515_008,
+    "qwen3_0_6b": 596_049_920,
+    "whisper_base": 72_593_920,
+    "t5_small": 60_506_624,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
+def test_a_realsize_entry_has_the_published_dimensions(name):
+    """Built on the meta device (no memory, no time): a mistyped dimension changes the count."""
+    import torch
+
+    from conformance.zoo import REALSIZE
+
+    with torch.device("meta"):
+        model = REALSIZE[name].build()
+    assert sum(p.numel() for p in model.parameters()) == PUBLISHED_PARAMETERS[name]
+    assert REALSIZE[name].tier == "realsize" and name not in ZOO

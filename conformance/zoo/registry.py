@@ -16,6 +16,9 @@ import torch
 # Families of architectures the zoo covers.
 FAMILIES = ("decoder", "moe", "ssm", "encoder-text", "encoder-vision", "encoder-decoder", "speech", "vlm")
 
+# Size tiers: ``tiny`` (the default runs, every check in seconds) and ``realsize`` (published dimensions of real
+# checkpoints, random weights; the ``hfexport_realsize`` tier, slow).
+TIERS = ("tiny", "realsize")
 # Check families an entry may opt into; each also runs at batch 2 as its own ``<check>_batch`` check.
 CHECKS = ("export", "shapes", "generation", "multi_token_decode", "static_cache")
 
@@ -40,8 +43,11 @@ class ZooEntry:
     min_seq: int = 1  # the shortest input the entry is run at: 1 where eager serves one token
     query_tokens: tuple[int, ...] = (1, 3)  # query blocks a multi-token decode graph serves (eager must too)
     seed: int = 0  # the weights' seed: chosen so greedy generation is not degenerate
+    tier: str = "tiny"
 
     def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise ValueError(f"zoo entry {self.name}: unknown tier {self.tier!r}; tiers are {TIERS}")
         if self.family not in FAMILIES:
             raise ValueError(f"zoo entry {self.name}: unknown family {self.family!r}; families are {FAMILIES}")
         unknown = set(self.checks) - set(CHECKS)
@@ -70,25 +76,31 @@ class ZooEntry:
         return {kind: make() for kind in kinds if (make := sets.get(kind)) is not None}
 
 
+# The tiny entries (what every tool iterates by default) and the real-size ones, each entry in its tier's table.
 ZOO: dict[str, ZooEntry] = {}
+REALSIZE: dict[str, ZooEntry] = {}
 
 
 def register(entry: ZooEntry) -> ZooEntry:
-    if entry.name in ZOO:
+    if entry.name in ZOO or entry.name in REALSIZE:
         raise ValueError(f"zoo entry {entry.name!r} registered twice")
-    ZOO[entry.name] = entry
+    (REALSIZE if entry.tier == "realsize" else ZOO)[entry.name] = entry
     return entry
 
 
 def get(name: str) -> ZooEntry:
-    try:
-        return ZOO[name]
-    except KeyError:
-        raise KeyError(f"no zoo entry {name!r}; entries: {sorted(ZOO)}") from None
+    entry = ZOO.get(name) or REALSIZE.get(name)
+    if entry is None:
+        raise KeyError(f"no zoo entry {name!r}; entries: {sorted(ZOO)}, real-size: {sorted(REALSIZE)}")
+    return entry
 
 
-def select(names: list[str] | None = None, family: str | None = None, check: str | None = None) -> list[ZooEntry]:
-    entries = [get(n) for n in names] if names else list(ZOO.values())
+def select(
+    names: list[str] | None = None, family: str | None = None, check: str | None = None, tier: str | None = "tiny"
+) -> list[ZooEntry]:
+    """Entries by name (any tier), else every entry of ``tier`` (None: every tier), by family and check."""
+    tables = [ZOO, REALSIZE] if tier is None else [REALSIZE if tier == "realsize" else ZOO]
+    entries = [get(n) for n in names] if names else [e for table in tables for e in table.values()]
     if family:
         entries = [e for e in entries if e.family == family]
     if check:
