@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance.zoo import ZooEntry, select
+from conformance.zoo import REALSIZE, ZooEntry, select
 from pytest_hfexport.artifact_cache import describe
 from pytest_hfexport.localise import Artifact
 
@@ -34,6 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "hfexport_case(model, check): the subject and check a test measures (the report's model/backend/check key)",
     )
+    config.addinivalue_line(
+        "markers", "hfexport_realsize: a check of a real-size zoo entry (slow; run with -m hfexport_realsize)"
+    )
 
 
 def case(entry_or_name: Any, check: str, *, id: str | None = None, values: tuple = ()) -> Any:
@@ -44,7 +47,7 @@ def case(entry_or_name: Any, check: str, *, id: str | None = None, values: tuple
 
 def entry_params(check: str, key: str | None = None, names: tuple[str, ...] | None = None) -> list[Any]:
     """pytest params over the zoo entries that opt into ``check`` (or the named ones), keyed ``key or check``."""
-    entries = select(list(names)) if names else select(check=check)
+    entries = select(list(names)) if names else select(check=check, tier=None)
     return [case(entry, key or check) for entry in entries]
 
 
@@ -219,6 +222,12 @@ DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
     },
     **{(check, "executorch"): set() for check in ("multi_token_decode", "multi_token_decode_batch")},
     ("hygiene", "executorch"): {"llama", "qwen2_vl"},
+    # Quantized exports: a decoder and an encoder-decoder by default, every entry in the slow tier.
+    **{
+        (f"quantization_{scheme}", backend): {"llama", "t5"}
+        for scheme in ("int8", "int4", "8da4w")
+        for backend in ("dynamo", "onnx", "executorch")
+    },
 }
 
 
@@ -257,7 +266,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(f"{backend}-{model}"))
         groups[id(item)] = f"{backend}-{model}"
         kept = DEFAULT_TIER.get((check, backend))
-        if kept is not None and model not in kept:
+        if model in REALSIZE:
+            item.add_marker(pytest.mark.hfexport_realsize)
+            item.add_marker(pytest.mark.hfexport_slow)
+        elif kept is not None and model not in kept:
             item.add_marker(pytest.mark.hfexport_slow)
     # Each group's checks one after another (also without xdist), so the few exports kept loaded serve them all;
     # the costliest groups first (ExecuTorch's exports, then ONNX's; more checks, more exports), so that the last

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_hfexport.compare import compare
+from pytest_hfexport.compare import ToleranceSpec, compare
 from pytest_hfexport.localise import Artifact, locate
 from pytest_hfexport.naming import flat_named
 from pytest_hfexport.reference import graph_kwargs, reference_call
@@ -20,6 +20,7 @@ def assert_matches(
     *,
     backend_file: bool = False,
     artifact: Artifact | None = None,
+    tolerance: ToleranceSpec = None,
 ) -> float:
     """Run the artifact on the tensor arguments of ``call`` and compare with ``module`` run eagerly on all of
     them; returns the largest absolute error. The runner must leave the tensors it is handed as they were.
@@ -30,7 +31,9 @@ def assert_matches(
     first), and eager's first output (logits, hidden states) must be among them.
 
     ``artifact``: on a mismatch, the locator (``pytest_hfexport.localise``) names the first module of ``module``
-    whose output the artifact computes differently, in the message (and the test's report row)."""
+    whose output the artifact computes differently, in the message (and the test's report row).
+
+    ``tolerance``: a measured tolerance other than the backend's float32 one (a quantized artifact's own)."""
     import copy
 
     expected = reference_call(module, call)
@@ -47,9 +50,9 @@ def assert_matches(
         label = f"{label}, {backend}'s own runtime"
     else:
         got = flat_named(out)
-    result = compare(expected, got, backend, label=label)
+    result = compare(expected, got, backend, tolerance=tolerance, label=label)
     if not result.ok:
-        found = locate(module, call, backend, artifact) if artifact is not None else None
+        found = locate(module, call, backend, artifact, tolerance=tolerance) if artifact is not None else None
         raise AssertionError(result.message() + (f"\n{found.describe()}" if found is not None else ""))
     return result.max_abs
 

@@ -31,7 +31,11 @@ NON_DEFAULT = {
     "alloc_graph_input": False,
     "alloc_graph_output": False,
     "alloc_mutable_buffers": False,
+    # int8 goes with every backend and every value above (int4 needs optimize=True, 8da4w the XNNPACK delegate).
+    "quantization": "int8",
 }
+# Fields no value of which goes with the rest: int8 has one scale per output channel, so no group size.
+LEFT_AT_DEFAULT = {"quantization_group_size"}
 
 
 def api_case(subject: str) -> Any:
@@ -39,6 +43,8 @@ def api_case(subject: str) -> Any:
 
 
 def _non_default(field: dataclasses.Field, current: Any) -> Any:
+    if field.name in LEFT_AT_DEFAULT:
+        return None
     if field.name in NON_DEFAULT and NON_DEFAULT[field.name] != current:
         return NON_DEFAULT[field.name]
     if isinstance(current, bool):

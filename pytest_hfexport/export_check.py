@@ -41,11 +41,12 @@ def _rows(names: Any, result: Any) -> list[dict[str, Any]]:
 
 
 def check_artifact(
-    path: Path, module: Any, kwargs: Mapping[str, Any], backend: str, atol: float | None, label: str
+    path: Path, module: Any, kwargs: Mapping[str, Any], backend: str, atol: Any, label: str
 ) -> dict[str, Any]:
     """Load ``path`` back from disk with hfexport.runtime and compare it with ``module(**kwargs)``.
 
-    ``atol`` overrides the verdict engine's tolerance for every output; None keeps its per-dtype bars."""
+    ``atol`` (a float, or a ``compare.Tolerance``) overrides the verdict engine's tolerance for every output;
+    None keeps its per-dtype bars."""
     import torch
 
     from hfexport import runtime
@@ -54,7 +55,7 @@ def check_artifact(
     from .naming import flat_named
 
     tolerance = atol if atol is not None else TOLERANCE[backend]
-    result: dict[str, Any] = {"artifact": path.name, "inputs": label, "tolerance": tolerance}
+    result: dict[str, Any] = {"artifact": path.name, "inputs": label, "tolerance": _described(tolerance)}
     try:
         with torch.no_grad():
             reference = flat_named(module(**copy.deepcopy(dict(kwargs))))
@@ -105,6 +106,13 @@ def check_all(
     import torch
 
     backend, atol = args.format, args.atol
+    scheme = getattr(args, "quantize", None)
+    if scheme:  # a quantized artifact is checked against eager running the same quantization (the judge's own)
+        from .quantized_reference import TOLERANCE as QUANTIZED_TOLERANCE
+        from .quantized_reference import quantized_copy
+
+        model = quantized_copy(model, scheme, args.group_size)
+        atol = atol if atol is not None else QUANTIZED_TOLERANCE.get((scheme, backend))
     results = []
     with progress.step("checking artifacts against eager"):
         if args.for_generation:
@@ -124,8 +132,15 @@ def check_all(
     return results
 
 
+def _described(tolerance: Any) -> Any:
+    """A float tolerance as it is (hfexport.json keeps a number); a ``Tolerance`` as its text."""
+    return tolerance if isinstance(tolerance, (int, float)) else str(tolerance)
+
+
 def format_check(result: Mapping[str, Any]) -> str:
-    head = f"check {result['artifact']} ({result['inputs']}, tolerance {result['tolerance']:g}): {result['status']}"
+    value = result["tolerance"]
+    shown = f"{value:g}" if isinstance(value, (int, float)) else value
+    head = f"check {result['artifact']} ({result['inputs']}, tolerance {shown}): {result['status']}"
     if result["status"] == "error":
         return head + f"\n  {result['error']}"
     lines = [head]

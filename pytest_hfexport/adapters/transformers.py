@@ -26,6 +26,9 @@ class TransformersAdapter(Adapter):
         "ONNX Runtime IOBinding each call, new cache tensors returned on ONNX and ExecuTorch)",
         "decode_loop_in_place": "transformers.exporters has no decode loop (see decode_loop)",
         "serve": "transformers.exporters has no helper that runs generate() with exported components",
+        "quantization": "transformers.exporters configs take a `quantizer` object (OnnxRuntimeQuantizer, "
+        "PT2EQuantizer, NNCF quantizers), not a named weight scheme; no mapping of int8/int4/8da4w onto them is "
+        "written",
     }
 
     def __init__(self) -> None:

@@ -1,0 +1,132 @@
+"""The errors the quantization checks' bars come from: ``python -m conformance.quantization_errors``.
+
+For every zoo entry with a plain export and every (scheme, backend) of ``pytest_hfexport.quantized_reference``,
+the implementation under test (``--impl``, hfexport by default, through its adapter) exports the entry quantized;
+its saved artifact runs every input set of the entry. Printed per cell: the largest error against eager with the
+same quantization (absolute among outputs within [-1, 1], relative to the output's scale among larger ones) and
+the lowest SQNR of the first output against eager float32. Then the bars: ``TOLERANCE`` of
+``pytest_hfexport.quantized_reference`` per (scheme, backend) whose errors exceed a tenth of the backend's float32
+tolerance (``FACTOR`` times the worst errors, as ``conformance.tolerances`` sets the float32 ones, never below
+the float32 one), and ``SQNR_FLOOR`` of ``conformance/test_quantization.py`` per (scheme, entry): the lowest SQNR
+less 3 dB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conformance.tolerances import FACTOR, round_up
+from conformance.zoo import select
+from pytest_hfexport.compare import Tolerance, default_tolerance
+from pytest_hfexport.naming import flat_named
+from pytest_hfexport.quantized_reference import SCHEMES, first_output, quantized_copy, sqnr_db
+from pytest_hfexport.reference import graph_kwargs, reference_call
+
+SQNR_MARGIN_DB = 3.0
+
+
+def measure(adapter: Any, entry: Any, scheme: str, backend: str, folder: Path) -> dict[str, float]:
+    """Worst absolute error (outputs within [-1, 1]), worst relative error (larger outputs) against eager with
+    the same quantization, and the lowest first-output SQNR against eager float32, over the entry's input sets."""
+    import torch
+
+    model = entry.model()
+    inputs = entry.sample_inputs(model)
+    exporter = adapter.exporter(backend)
+    config = adapter.config(backend, dynamic=True, quantization=scheme)
+    program = adapter.export(exporter, model, inputs, config)
+    runner = adapter.load(adapter.save(exporter, program, folder, "model"))
+    reference = quantized_copy(model, scheme)
+    worst = {"abs": 0.0, "rel": 0.0, "sqnr": math.inf}
+    for call in entry.input_sets(model).values():
+        expected = reference_call(reference, call)
+        got = flat_named(runner(**copy.deepcopy(graph_kwargs(call))))
+        for name, value in expected.items():
+            if name not in got or not torch.is_floating_point(torch.as_tensor(value)):
+                continue
+            value, other = torch.as_tensor(value).double(), torch.as_tensor(got[name]).double()
+            error, scale = (value - other).abs().max().item(), value.abs().max().item()
+            if scale <= 1.0:
+                worst["abs"] = max(worst["abs"], error)
+            else:
+                worst["rel"] = max(worst["rel"], error / scale)
+        name, floating = first_output(reference_call(model, call))
+        worst["sqnr"] = min(worst["sqnr"], sqnr_db(floating, got[name]))
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pytest_hfexport.adapters import resolve
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--impl", default="hfexport")
+    parser.add_argument("--entries", help="comma list of zoo entries (default: every entry with a plain export)")
+    parser.add_argument("--schemes", help="comma list of schemes (default: all)")
+    parser.add_argument("--backends", help="comma list of backends (default: every backend of each scheme)")
+    args = parser.parse_args(argv)
+    adapter = resolve(args.impl)
+    entries = select(args.entries.split(",")) if args.entries else select(check="export")
+    schemes = args.schemes.split(",") if args.schemes else list(SCHEMES)
+    cells: dict[tuple[str, str], list[tuple[str, dict[str, float]]]] = {}
+    print(f"{'entry':24s} {'scheme':6s} {'backend':11s} {'abs':>9s} {'rel':>9s} {'SQNR dB':>8s}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for entry in entries:
+            for scheme in schemes:
+                for backend in SCHEMES[scheme].backends:
+                    if args.backends and backend not in args.backends.split(","):
+                        continue
+                    folder = Path(tmp) / f"{entry.name}-{scheme}-{backend}"
+                    folder.mkdir()
+                    try:
+                        worst = measure(adapter, entry, scheme, backend, folder)
+                    except Exception as exc:  # one cell's failure is printed; the others are still measured
+                        print(
+                            f"{entry.name:24s} {scheme:6s} {backend:11s} failed: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:160]}",
+                            flush=True,
+                        )
+                        continue
+                    cells.setdefault((scheme, backend), []).append((entry.name, worst))
+                    print(
+                        f"{entry.name:24s} {scheme:6s} {backend:11s} {worst['abs']:9.2e} {worst['rel']:9.2e} "
+                        f"{worst['sqnr']:8.1f}",
+                        flush=True,
+                    )
+    print("\nTOLERANCE (pytest_hfexport/quantized_reference.py):")
+    for (scheme, backend), rows in cells.items():
+        worst_abs = max(w["abs"] for _, w in rows)
+        worst_rel = max(w["rel"] for _, w in rows)
+        float32 = default_tolerance(backend, "float32")
+        if worst_abs <= float32.atol / FACTOR and worst_rel <= float32.rtol / FACTOR:
+            bar = f"the {backend} float32 tolerance ({float32})"
+        else:
+            atol, rtol = round_up(FACTOR * worst_abs), round_up(FACTOR * worst_rel)
+            bar = str(Tolerance(max(float32.atol, atol), max(float32.rtol, rtol)))
+        print(f"  TOLERANCE[{scheme!r}, {backend!r}]: {bar}  (worst abs {worst_abs:.2e}, rel {worst_rel:.2e})")
+    floors: dict[tuple[str, str], float] = {}
+    for (scheme, _), rows in cells.items():
+        for name, worst in rows:
+            floors[scheme, name] = min(floors.get((scheme, name), math.inf), worst["sqnr"])
+    print("\nSQNR (dB) of the first output against eager float32, per scheme over the entries:")
+    for scheme in schemes:
+        values = {name: value for (s, name), value in floors.items() if s == scheme}
+        if values:
+            low, high = min(values, key=values.get), max(values, key=values.get)
+            print(
+                f"  {scheme}: {values[low]:.1f} ({low}) to {values[high]:.1f} ({high}), "
+                f"median {statistics.median(values.values()):.1f}"
+            )
+    print("\nSQNR_FLOOR (conformance/test_quantization.py): the lowest SQNR less 3 dB")
+    for (scheme, name), lowest in floors.items():
+        print(f"    ({scheme!r}, {name!r}): {math.floor(lowest - SQNR_MARGIN_DB)},")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""Quantized exports: every weight scheme of the API on every backend that carries it.
+
+Each zoo entry is exported with ``quantization=<scheme>`` (dynamic, as the plain export) and judged twice at every
+input set, from the saved artifact:
+
+* against eager running the same quantization, rebuilt by the judge from the scheme's definition
+  (``pytest_hfexport.quantized_reference``), within the scheme's measured tolerance: the backend's float32 one
+  where the artifact computes the same float arithmetic (``int8``, ``int4``), a measured one where the backend's
+  integer kernels round activations their own way (``8da4w`` on XNNPACK);
+* against eager float32 by the first output's SQNR, which must reach the floor measured for this entry and scheme
+  (what quantizing this model costs, less 3 dB; the models' weight scales differ too much for one floor per
+  scheme: tiny T5's int4 logits sit at 2 dB, llama's at 19).
+
+``python -m conformance.quantization_errors`` prints the errors these bars come from.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from conformance.conftest import entry_params
+from conformance.judge import assert_matches
+from pytest_hfexport.naming import flat_named
+from pytest_hfexport.quantized_reference import SCHEMES, TOLERANCE, first_output, quantized_copy, sqnr_db
+from pytest_hfexport.reference import graph_kwargs, reference_call
+
+# (scheme, entry) -> the lowest SQNR (dB) of the first output against eager float32 over the backends and input
+# sets, less 3 dB: ``python -m conformance.quantization_errors`` prints this table.
+SQNR_FLOOR: dict[tuple[str, str], float] = {
+    ("int8", "bart"): 31,
+    ("int4", "bart"): 6,
+    ("8da4w", "bart"): 5,
+    ("int8", "bert"): 73,
+    ("int4", "bert"): 48,
+    ("8da4w", "bert"): 48,
+    ("int8", "falcon_mamba"): 33,
+    ("int4", "falcon_mamba"): 10,
+    ("8da4w", "falcon_mamba"): 9,
+    ("int8", "funnel"): 42,
+    ("int4", "funnel"): 19,
+    ("8da4w", "funnel"): 19,
+    ("int8", "gemma3"): 31,
+    ("int4", "gemma3"): 7,
+    ("8da4w", "gemma3"): 6,
+    ("int8", "gpt2"): 42,
+    ("int4", "gpt2"): 18,
+    ("8da4w", "gpt2"): 18,
+    ("int8", "llama"): 39,
+    ("int4", "llama"): 15,
+    ("8da4w", "llama"): 14,
+    ("int8", "llava"): 34,
+    ("int4", "llava"): 11,
+    ("8da4w", "llava"): 9,
+    ("int8", "mamba"): 29,
+    ("int4", "mamba"): 7,
+    ("8da4w", "mamba"): 5,
+    ("int8", "mbart"): 21,
+    ("int4", "mbart"): 1,
+    ("8da4w", "mbart"): 1,
+    ("int8", "mistral"): 39,
+    ("int4", "mistral"): 15,
+    ("8da4w", "mistral"): 14,
+    ("int8", "mistral_sliding"): 39,
+    ("int4", "mistral_sliding"): 15,
+    ("8da4w", "mistral_sliding"): 14,
+    ("int8", "mixtral"): 37,
+    ("int4", "mixtral"): 14,
+    ("8da4w", "mixtral"): 12,
+    ("int8", "phi3"): 39,
+    ("int4", "phi3"): 14,
+    ("8da4w", "phi3"): 12,
+    ("int8", "qwen2"): 39,
+    ("int4", "qwen2"): 15,
+    ("8da4w", "qwen2"): 15,
+    ("int8", "qwen2_sliding"): 39,
+    ("int4", "qwen2_sliding"): 15,
+    ("8da4w", "qwen2_sliding"): 15,
+    ("int8", "qwen2_vl"): 36,
+    ("int4", "qwen2_vl"): 14,
+    ("8da4w", "qwen2_vl"): 13,
+    ("int8", "qwen3"): 39,
+    ("int4", "qwen3"): 15,
+    ("8da4w", "qwen3"): 14,
+    ("int8", "qwen3_moe"): 39,
+    ("int4", "qwen3_moe"): 14,
+    ("8da4w", "qwen3_moe"): 12,
+    ("int8", "roberta"): 73,
+    ("int4", "roberta"): 47,
+    ("8da4w", "roberta"): 49,
+    ("int8", "siglip_classifier"): 43,
+    ("int4", "siglip_classifier"): 12,
+    ("8da4w", "siglip_classifier"): 10,
+    ("int8", "smollm2_135m"): 27,
+    ("int4", "smollm2_135m"): 5,
+    ("int8", "switch_transformers"): 32,
+    ("int4", "switch_transformers"): 8,
+    ("8da4w", "switch_transformers"): 6,
+    ("int8", "t5"): 7,
+    ("int4", "t5"): -1,
+    ("8da4w", "t5"): -4,
+    ("int8", "vision_encoder_decoder"): 41,
+    ("int4", "vision_encoder_decoder"): 17,
+    ("8da4w", "vision_encoder_decoder"): 17,
+    ("int8", "vit"): 59,
+    ("int4", "vit"): 34,
+    ("8da4w", "vit"): 32,
+    ("int8", "whisper"): 25,
+    ("int4", "whisper"): 5,
+    ("8da4w", "whisper"): 6,
+}
+
+
+def judge_quantized(entry, scheme, exported, backend, adapter):
+    adapter.require("quantization", backend)
+    result = exported(entry, config={"dynamic": True, "quantization": scheme})
+    reference = quantized_copy(result.model, scheme)
+    for label, inputs in entry.input_sets(result.model).items():
+        labelled = f"{scheme}, {label}"
+        assert_matches(
+            reference,
+            inputs,
+            result.runner,
+            backend,
+            labelled,
+            artifact=result.artifact(),
+            tolerance=TOLERANCE.get((scheme, backend)),
+        )
+        name, expected = first_output(flat_named(reference_call(result.model, inputs)))
+        got = flat_named(result.runner(**copy.deepcopy(graph_kwargs(inputs))))[name]
+        floor = SQNR_FLOOR.get((scheme, entry.name))
+        assert floor is not None, (
+            f"no measured SQNR floor for {scheme} on {entry.name}: python -m conformance.quantization_errors "
+            f"--entries {entry.name} --schemes {scheme} prints it"
+        )
+        sqnr = sqnr_db(expected, got)
+        assert sqnr >= floor, (
+            f"{name} of the {scheme} artifact is {sqnr:.1f} dB from eager float32 ({labelled}); "
+            f"{scheme} reached {floor + 3:.1f} dB on {entry.name} when measured"
+        )
+
+
+def _test_for(scheme: str):
+    @pytest.mark.hfexport_backend(*SCHEMES[scheme].backends)
+    @pytest.mark.parametrize("entry", entry_params("export", key=f"quantization_{scheme}"))
+    def test(entry, exported, hfexport_backend, hfexport_implementation):
+        judge_quantized(entry, scheme, exported, hfexport_backend, hfexport_implementation)
+
+    test.__doc__ = f"The {scheme} export matches eager {scheme} and keeps the scheme's SQNR against float32."
+    return test
+
+
+test_int8_export_matches_eager_int8 = _test_for("int8")
+test_int4_export_matches_eager_int4 = _test_for("int4")
+test_8da4w_export_matches_eager_8da4w = _test_for("8da4w")
