@@ -80,6 +80,9 @@ def _int8_linear_class() -> type:
         """``nn.Linear`` with an int8 weight and one scale per output channel; ``linear(x, q) * scale`` keeps the
         weight int8 in the graph (the artifact) and applies the scale once per output."""
 
+        weight_int8: torch.Tensor
+        weight_scale: torch.Tensor
+
         def __init__(self, linear: torch.nn.Linear) -> None:
             super().__init__()
             weight = linear.weight.detach()
@@ -141,7 +144,10 @@ def _int8_dynamic_activations_int4_weights(model: Any, group_size: int | None) -
         with torch.no_grad():
             quantize_(
                 model,
-                Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)),
+                Int8DynamicActivationIntxWeightConfig(
+                    weight_dtype=torch.int4,  # type: ignore[attr-defined]
+                    weight_granularity=PerGroup(group_size),
+                ),
                 filter_fn=lambda module, fqn: id(module) in chosen,
             )
         yield len(chosen)

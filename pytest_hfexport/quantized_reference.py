@@ -142,7 +142,7 @@ def quantized_copy(model: Any, scheme: str, group_size: int | None = None) -> An
             continue
         done.add(id(module))
         weight = module.weight.detach()
-        if scheme == "int8":
+        if scheme == "int8" or size is None:
             new = _int8_per_channel(weight)
         elif scheme == "int4":
             new = _int4_matmul_nbits(weight, size)
