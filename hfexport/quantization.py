@@ -129,9 +129,10 @@ def _int8_dynamic_activations_int4_weights(model: Any, group_size: int | None) -
     from torchao.quantization.granularity import PerGroup
 
     assert group_size is not None
-    linears = {id(linear) for _, _, linear in _linears(model)}
-    chosen = {id(linear): linear for _, _, linear in _linears(model) if linear.in_features % group_size == 0}
-    left = sorted(name for name, m in model.named_modules() if id(m) in linears and id(m) not in chosen)
+    linears = [linear for _, _, linear in _linears(model)]
+    chosen = {id(linear): linear for linear in linears if linear.in_features % group_size == 0}
+    names = {id(m): name for name, m in model.named_modules()}
+    left = sorted(names[id(linear)] for linear in linears if id(linear) not in chosen)
     if left:
         logger.info(
             "8da4w: %d linear layers stay float (input width not a multiple of %d): %s",
