@@ -11,6 +11,9 @@
   runtime's own output objects; a loop that copies results back fails);
 * ``static_prefill``: the ``prefill`` component of the same export on the call a static-cache generate() makes
   (its mask as generate() gives it, per layer type where the model has ``layer_types``), against eager.
+
+A loop's call whose logits differ names the first diverging module of the decode graph (eager runs the same
+step with its own cache before it; ``pytest_hfexport.decoding``).
 """
 
 import pytest
@@ -19,6 +22,7 @@ from conformance.conftest import MAX_CACHE_LEN, NEW_TOKENS, entry_params, static
 from conformance.judge import assert_matches
 from pytest_hfexport.decoding import drive, schedule, static_reference
 from pytest_hfexport.guide import open_guide
+from pytest_hfexport.localise import locate
 from pytest_hfexport.reference import capture_generation
 
 
@@ -27,13 +31,21 @@ def static_export(exported, adapter, backend, entry):
     return exported(entry, generation=True, **static_options())
 
 
+def decode_locator(result, backend):
+    """The step locator of the decode graph: the first module of the model whose output the artifact computes
+    differently on a loop's call (run only on a mismatch)."""
+    artifact = result.artifact("decode")
+    return lambda call: locate(result.model, call, backend, artifact)
+
+
 def run_guide(result, adapter, backend, kind):
     inputs = result.entry.input_sets(result.model, (kind,))[kind]
     ref = static_reference(result.model, inputs, NEW_TOKENS, MAX_CACHE_LEN)
     session = open_guide(
         adapter.raw_artifact(result.paths["decode"]), backend, MAX_CACHE_LEN, batch=inputs["input_ids"].shape[0]
     )
-    drive(session, ref, backend, schedule(NEW_TOKENS), label=f"{kind} prompt, ")
+    locator = decode_locator(result, backend)
+    drive(session, ref, backend, schedule(NEW_TOKENS), label=f"{kind} prompt, ", locator=locator)
 
 
 @pytest.mark.parametrize("entry", entry_params("static_cache"))
@@ -57,7 +69,14 @@ def test_implementation_loop_updates_the_cache_in_place(entry, exported, hfexpor
     loop = adapter.decode_loop(result.paths["decode"], hfexport_backend, MAX_CACHE_LEN)
     loop.reset()
     ref = static_reference(result.model, result.inputs, NEW_TOKENS, MAX_CACHE_LEN)
-    drive(loop, ref, hfexport_backend, schedule(NEW_TOKENS), label=f"{adapter.name}'s loop, ")
+    drive(
+        loop,
+        ref,
+        hfexport_backend,
+        schedule(NEW_TOKENS),
+        label=f"{adapter.name}'s loop, ",
+        locator=decode_locator(result, hfexport_backend),
+    )
 
 
 @pytest.mark.parametrize("entry", entry_params("static_cache", key="static_prefill"))

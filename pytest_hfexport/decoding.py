@@ -14,11 +14,17 @@ then blocks of 1 or k tokens as the schedule says. After every call:
 * where the session promises it, the runtime wrote each cache tensor into the caller's
   memory: the address the runtime reports for the step is the caller's tensor, the same
   tensor every step.
+
+A call whose logits differ is localised when the caller hands ``drive`` a locator: eager runs the same step
+(the guide's inputs, and eager's own cache after the tokens before it, which the session's cache matched at
+the previous call) with hooks on every module, and the artifact runs it with its module values kept
+(``pytest_hfexport.localise``); the message then names the first module that differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +46,29 @@ class StaticReference:
     caches: list[dict[str, Any]]  # the cache (flat named) after model call i
     max_cache_len: int
     sliding: dict[str, int] = field(default_factory=dict)  # cache tensor name -> window of a sliding layer
+    states: list[Any] = field(default_factory=list)  # eager's cache object after model call i (for the locator)
+    keyword: str = "past_key_values"  # the model's cache keyword
+
+    def eager_step(self, input_ids: Any, attention_mask: Any, position_ids: Any, produced: int) -> dict[str, Any]:
+        """Eager's call for a step of the loop: the guide's inputs and eager's own cache before it (after
+        ``produced - 1`` fed tokens; empty for the prompt)."""
+        cache = copy.deepcopy(self.states[max(produced - 1, 0)])
+        if produced == 0:
+            for tensor in flat_named(cache).values():
+                tensor.zero_()
+            for layer in getattr(cache, "layers", []):
+                if isinstance(getattr(layer, "cumulative_length_int", None), int):
+                    layer.cumulative_length_int = 0
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            self.keyword: cache,
+        }
+
+
+# Given a step's eager call, the first diverging module (``pytest_hfexport.localise.Divergence``).
+StepLocator = Callable[[Mapping[str, Any]], Any]
 
 
 def static_reference(model: Any, inputs: Mapping[str, Any], tokens: int, max_cache_len: int) -> StaticReference:
@@ -68,6 +97,8 @@ def static_reference(model: Any, inputs: Mapping[str, Any], tokens: int, max_cac
         [flat_named(c, prefix) for c in capture.caches],
         max_cache_len,
         sliding,
+        list(capture.caches),
+        prefix,
     )
 
 
@@ -83,16 +114,24 @@ def schedule(tokens: int, block: int = 3) -> list[int]:
     return plan
 
 
-def drive(session: Any, ref: StaticReference, backend: str, blocks: Sequence[int], label: str = "") -> int:
-    """Run ``session`` through the prompt and ``blocks``; raise DecodeMismatch at the first difference.
-    Returns the number of model calls checked."""
+def drive(
+    session: Any,
+    ref: StaticReference,
+    backend: str,
+    blocks: Sequence[int],
+    label: str = "",
+    locator: StepLocator | None = None,
+) -> int:
+    """Run ``session`` through the prompt and ``blocks``; raise DecodeMismatch at the first difference (with the
+    first diverging module where ``locator`` is given and the logits differ). Returns the number of model calls
+    checked."""
     import torch
 
     prompt_len = ref.prompt.shape[1]
     pointers: dict[str, int] = {}
     calls = 0
 
-    def check(call: int, logits: Any, produced: range, filled: int) -> None:
+    def check(call: int, logits: Any, produced: range, filled: int, fed: tuple[Any, ...] = ()) -> None:
         nonlocal pointers
         for q, index in enumerate(produced):
             row = logits[:, q - len(produced)] if logits.shape[1] >= len(produced) else None
@@ -102,7 +141,10 @@ def drive(session: Any, ref: StaticReference, backend: str, blocks: Sequence[int
                 )
             result = compare({"logits": ref.logits[index]}, {"logits": row}, backend, label=f"token {index}")
             if not result.ok:
-                raise DecodeMismatch(f"{label}call {call} (token {index}): " + "; ".join(result.failures()))
+                where = ""
+                if locator is not None and fed:
+                    where = "\n" + locator(ref.eager_step(*fed, produced.start)).describe()
+                raise DecodeMismatch(f"{label}call {call} (token {index}): " + "; ".join(result.failures()) + where)
             want, got = ref.tokens[:, index].tolist(), row.argmax(-1).tolist()
             if want != got:
                 raise DecodeMismatch(
@@ -113,15 +155,17 @@ def drive(session: Any, ref: StaticReference, backend: str, blocks: Sequence[int
             pointers = _check_in_place(session, pointers, f"{label}call {call}")
 
     slots = torch.arange(prompt_len)
-    logits = session.step(ref.prompt, slot_mask(slots, ref.pads, ref.max_cache_len), positions(slots, ref.pads))
-    check(calls, logits, range(0, 1), prompt_len)
+    feed = (ref.prompt, slot_mask(slots, ref.pads, ref.max_cache_len), positions(slots, ref.pads))
+    logits = session.step(*feed)
+    check(calls, logits, range(0, 1), prompt_len, feed)
     produced = 1
     for k in blocks:
         calls += 1
         slots = torch.arange(prompt_len + produced - 1, prompt_len + produced - 1 + k)
         fed = ref.tokens[:, produced - 1 : produced - 1 + k]
-        logits = session.step(fed, slot_mask(slots, ref.pads, ref.max_cache_len), positions(slots, ref.pads))
-        check(calls, logits, range(produced, produced + k), prompt_len + produced - 1 + k)
+        feed = (fed, slot_mask(slots, ref.pads, ref.max_cache_len), positions(slots, ref.pads))
+        logits = session.step(*feed)
+        check(calls, logits, range(produced, produced + k), prompt_len + produced - 1 + k, feed)
         produced += k
     return calls + 1
 

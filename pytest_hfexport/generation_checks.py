@@ -217,6 +217,7 @@ def check_static_cache(case: Any, harness: Any, settings: Any) -> Any:
 
     from .decoding import drive, schedule, static_reference
     from .guide import open_guide
+    from .localise import Artifact, locate
 
     length = int(case.cache_len)
     with _measured(case, harness, "static_cache") as m:
@@ -224,10 +225,15 @@ def check_static_cache(case: Any, harness: Any, settings: Any) -> Any:
         generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=length)
         parts = export_components(case, harness, m, multi_token_decode=True, generation_config=generation)
         raw = harness.implementation.raw_artifact(parts.paths["decode"])
+        artifact = Artifact(raw, lambda: parts.program("decode"))
+
+        def locator(call: Any) -> Any:
+            return locate(parts.model, call, harness.backend, artifact, tolerance=case.tolerance)
+
         for kind, inputs in input_sets(case, parts.model).items():
             ref = static_reference(parts.model, inputs, NEW_TOKENS, length)
             session = open_guide(raw, harness.backend, length, batch=int(inputs["input_ids"].shape[0]))
-            drive(session, ref, harness.backend, schedule(NEW_TOKENS), label=f"{kind} prompt, ")
+            drive(session, ref, harness.backend, schedule(NEW_TOKENS), label=f"{kind} prompt, ", locator=locator)
         return m
 
 

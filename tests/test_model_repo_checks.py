@@ -65,3 +65,22 @@ def test_a_model_repo_gates_a_generation_only_fault(tmp_path):
     ), regressed
     assert any("tiny-llama/" in line and "/static_cache" in line for line in regressed), regressed
     assert not any("/export:" in line or "/shapes:" in line for line in regressed), regressed
+
+
+def test_every_failing_check_of_a_model_repo_names_the_diverging_module(tmp_path):
+    """faults.scaled_layer1_mlp (llama's layer-1 MLP 2% too large inside every exported graph) in a model repo:
+    each check that compares values fails and its report row names the perturbed module, the generation
+    components, the multi-token decode and the static-cache loop included."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(ROOT / "tests" / "model_repo" / "repo_models.py", repo / "test_repo.py")
+    done = run_repo(
+        repo, "-k", "llama", "--hfexport-backend=dynamo,onnx", "--hfexport-impl=faults.scaled_layer1_mlp",
+        "--hfexport-report=r.json",
+    )
+    rows = json.loads((repo / "r.json").read_text())["rows"]
+    failed = {(r["backend"], r["check"]): r["first_divergence"] for r in rows if r["status"] == "fail"}
+    assert done.returncode == 1 and {c for _, c in failed} >= {
+        "export", "generation", "multi_token_decode", "static_cache"
+    }, (failed, done.stdout[-3000:])
+    assert {b for b, _ in failed} == {"dynamo", "onnx"} and set(failed.values()) == {"model.layers.1.mlp"}, failed

@@ -75,6 +75,19 @@ def run_suite(impl: str, backend: str, selection: str, report: Path) -> tuple[in
     return done.returncode, rows, done.stdout + done.stderr
 
 
+# The decode loops (the guide's and the implementation's) localise too: the same layer fault, in the static decode
+# graph, is named on the loop's first differing call. ExecuTorch re-exports the components to locate (slow tier).
+@pytest.mark.parametrize(
+    "backend", ["dynamo", "onnx", pytest.param("executorch", marks=pytest.mark.hfexport_slow)]
+)
+def test_a_decode_loop_mismatch_names_the_module(backend, tmp_path):
+    selection = "(test_guide_loop_matches_eager_generate or test_implementation_loop_updates_the_cache_in_place) and llama"
+    code, rows, output = run_suite("faults.scaled_layer1_mlp", backend, selection, tmp_path / "report.json")
+    assert code == 1 and [r["status"] for r in rows] == ["fail", "fail"], (rows, output[-3000:])
+    assert [r["first_divergence"] for r in rows] == ["model.layers.1.mlp"] * 2, (rows, output[-3000:])
+    assert "DecodeMismatch" in output and "first diverging module: model.layers.1.mlp (LlamaMLP)" in output
+
+
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_the_suite_fails_a_seeded_fault(fault, tmp_path):
     backend, selection, checks = FAULTS[fault]
