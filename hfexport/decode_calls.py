@@ -134,12 +134,15 @@ def explicit_mask(call: dict[str, Any], accepts_mask: bool) -> dict[str, Any]:
     """The call with the padding mask a caller passes: generate() drops an all-ones mask (batch 1, no padding)
     before it calls the model, and a graph traced without a mask input cannot serve a padded batch.
 
-    Only for token calls of a forward that takes ``attention_mask`` and got none: ones over the cached
-    (KV cache) and the new tokens, [batch, past + query]; eager's outputs are the same with or without it.
-    Not for state-space models (a ``cache_params`` state, no KV cache): their mask only zeroes padded
-    positions of the current tokens, and generate() passes it whenever the caller gave one.
+    Only for token calls (``input_ids``, or the ``inputs_embeds`` a vision-language model hands its language
+    model) of a forward that takes ``attention_mask`` and got none: ones over the cached (KV cache) and the new
+    tokens, [batch, past + query]; eager's outputs are the same with or without it. Not for state-space models
+    (a ``cache_params`` state, no KV cache): their mask only zeroes padded positions of the current tokens, and
+    generate() passes it whenever the caller gave one.
     """
     ids = call.get("input_ids")
+    if not isinstance(ids, torch.Tensor):
+        ids = call.get("inputs_embeds")
     if not accepts_mask or not isinstance(ids, torch.Tensor) or not _no_mask(call.get("attention_mask")):
         return call
     if _recurrent_only(call.get(CACHE_ARGUMENT.key_in(call) or "")):

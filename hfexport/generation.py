@@ -215,7 +215,12 @@ def decompose_for_generation(
         if name == "model" or name not in calls:
             continue
         if multimodal or name == "encoder":
-            components[name] = (module, _row_major(_clean(calls[name][0])) if multimodal else _clean(calls[name][0]))
+            call = _clean(calls[name][0])
+            # A VLM's language model gets no mask from generate() at batch 1: traced with the explicit one, so
+            # that the graph serves a padded batch (the runners pass the ones mask where generate() gives none).
+            if multimodal:
+                call = _row_major(explicit_mask(call, accepts_attention_mask(module)))
+            components[name] = (module, call)
     if not multimodal:
         components["prefill"] = (model, _clean(prefill))
     components["decode"] = (model, _clean(decode))

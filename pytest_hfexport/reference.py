@@ -158,22 +158,29 @@ def capture_generation(
         )
     capture.tokens = new_tokens(out.sequences, tokens)
     capture.logits = list(out.logits or [])
-    if (
-        isinstance(inputs.get("attention_mask"), torch.Tensor)
-        and "attention_mask" in inspect.signature(model.forward).parameters
-    ):
-        for call in capture.calls.get("model", []):
-            explicit_mask(call)
+    if isinstance(inputs.get("attention_mask"), torch.Tensor):
+        for name, module in modules.items():
+            if takes_attention_mask(module):
+                for call in capture.calls.get(name, []):
+                    explicit_mask(call)
     return capture
 
 
+def takes_attention_mask(module: Any) -> bool:
+    try:
+        return "attention_mask" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def explicit_mask(call: dict[str, Any]) -> None:
-    """generate() drops an all-ones padding mask (batch 1, no padding) before it calls the model; a decode graph
-    serves padded batches only if it takes a mask, so the judge passes the mask the caller would: all ones
-    over the cached and the new tokens (eager's outputs are the same with or without it)."""
+    """generate() drops an all-ones padding mask (batch 1, no padding) before it calls the model, or a
+    vision-language model its language model; a graph serves padded batches only if it takes a mask, so the
+    judge passes the mask the caller would: all ones over the cached and the new tokens (eager's outputs are the
+    same with or without it)."""
     import torch
 
-    key = "input_ids" if isinstance(call.get("input_ids"), torch.Tensor) else None
+    key = next((k for k in ("input_ids", "inputs_embeds") if isinstance(call.get(k), torch.Tensor)), None)
     mask = call.get("attention_mask")
     # A mapping per layer type whose entries are all None (a static-cache prefill of a model with layer_types) is
     # no mask either: generate() leaves the attention plain causal.

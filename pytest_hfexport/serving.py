@@ -99,7 +99,7 @@ def _dispatcher(
         if name is None:  # e.g. a multimodal prefill: the model's own forward, its parts served
             return eager(*args, **kwargs)
         call = bind_call(module, args, kwargs)
-        if masked and name in TOP_LEVEL and "attention_mask" in inspect.signature(eager).parameters:
+        if masked and "attention_mask" in inspect.signature(eager).parameters:
             explicit_mask(call)
         calls[name] += 1
         got = flat_named(runners[name](**copy.deepcopy(graph_kwargs(call))))

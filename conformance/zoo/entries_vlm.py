@@ -8,6 +8,7 @@ import torch
 import transformers as tf
 
 from .entries import TINY
+from .inputs import left_padded_mask
 from .registry import ZooEntry, register
 
 # -- vision-language ---------------------------------------------------------------------
@@ -38,13 +39,14 @@ def _llava() -> Any:
 
 
 def _llava_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
-    """A prompt of ``seq`` text tokens around one image (16 image tokens: 32px / patch 8, CLS dropped)."""
+    """A prompt of ``seq`` text tokens around one image (16 image tokens: 32px / patch 8, CLS dropped); in a batch
+    the first row is left-padded over its first two text tokens."""
     n_image = (model.config.vision_config.image_size // model.config.vision_config.patch_size) ** 2
     text = torch.randint(3, LLAVA_IMAGE_TOKEN - 1, (batch, max(seq, 2)))
-    ids = torch.cat([text[:, :1], torch.full((batch, n_image), LLAVA_IMAGE_TOKEN), text[:, 1:]], dim=1)
+    ids = torch.cat([text[:, :2], torch.full((batch, n_image), LLAVA_IMAGE_TOKEN), text[:, 2:]], dim=1)
     return {
         "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
+        "attention_mask": left_padded_mask(ids),
         "pixel_values": torch.randn(
             batch, 3, model.config.vision_config.image_size, model.config.vision_config.image_size
         ),
@@ -103,14 +105,15 @@ def _qwen2_vl() -> Any:
 
 
 def _qwen2_vl_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
-    """One 16x16 image per row (grid 1x4x4 -> 16 patches -> 4 merged image tokens) inside ``seq`` text tokens."""
+    """One 16x16 image per row (grid 1x4x4 -> 16 patches -> 4 merged image tokens) inside ``seq`` text tokens; in
+    a batch the first row is left-padded over its first two text tokens."""
     text = torch.randint(3, 119, (batch, max(seq, 2)))
     start, end = QWEN2VL_TOKENS["vision_start_token_id"], QWEN2VL_TOKENS["vision_end_token_id"]
     image = torch.tensor([[start] + [QWEN2VL_TOKENS["image_token_id"]] * 4 + [end]]).expand(batch, -1)
-    ids = torch.cat([text[:, :1], image, text[:, 1:]], dim=1)
+    ids = torch.cat([text[:, :2], image, text[:, 2:]], dim=1)
     return {
         "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
+        "attention_mask": left_padded_mask(ids),
         "mm_token_type_ids": (ids == QWEN2VL_TOKENS["image_token_id"]).long(),
         "pixel_values": torch.randn(batch * 16, 3 * 2 * 4 * 4),
         "image_grid_thw": torch.tensor([[1, 4, 4]] * batch),

@@ -21,6 +21,14 @@ def text_inputs(model: Any, batch: int, seq: int, *, mask: bool = True, token_ty
     return out
 
 
+def left_padded_mask(ids: torch.Tensor) -> torch.Tensor:
+    """Ones, with the first row's first two tokens masked as left padding in a batch."""
+    mask = torch.ones_like(ids)
+    if ids.shape[0] > 1:
+        mask[0, :2] = 0
+    return mask
+
+
 def causal_lm_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
     return text_inputs(model, batch, seq)
 
