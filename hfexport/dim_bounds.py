@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from . import caches
+from .errors import HfExportError
 from .outputs import flatten_named
 from .shapes import BATCH_AXES
 
@@ -52,6 +53,11 @@ def bound_dynamic_dims(
     from torch.utils._sympy.value_ranges import ValueRanges
 
     max_length = sequence_bound(model, max_length)
+    slots = static_cache_slots(graph_inputs)
+    if slots is not None and slots < max_length:
+        # A decoder's static-cache graph never takes more tokens than its cache has slots: planned at max_length
+        # (2048), SmolLM2-135M's logits alone were 8 x 2048 x 49152 floats, and the program failed to load.
+        max_length = slots
     batch_symbols = batch_symbols_of(program)
     patch_symbols = batch_symbols_of(program, patches=True) - batch_symbols
     cache_symbols = static_cache_symbols(program, graph_inputs) - batch_symbols
@@ -108,6 +114,22 @@ def sequence_bound(model: Any, max_length: int) -> int:
         ssm = getattr(text_config, "state_size", None)
         return DEFAULT_SSM_MAX_LENGTH if ssm else DEFAULT_UNLIMITED_MAX_LENGTH
     return max_length
+
+
+def static_cache_slots(graph_inputs: Mapping[str, Any]) -> int | None:
+    """The slot count of a decoder-only call's StaticCache (its ``max_cache_len``), None where there is none or
+    the call is an encoder-decoder's (its encoder's axes are not bounded by the decoder's cache)."""
+    from transformers import StaticCache
+
+    lengths = [
+        t.shape[2]
+        for value in graph_inputs.values()
+        if isinstance(value, StaticCache)
+        for t in caches.cache_tensors(value)
+        if isinstance(t, torch.Tensor) and t.dim() == 4
+    ]
+    encoder = any(caches.is_cache(v) and not isinstance(v, StaticCache) for v in graph_inputs.values())
+    return int(max(lengths)) if lengths and not encoder and not any("encoder" in k for k in graph_inputs) else None
 
 
 def dynamic_axes(program: torch.export.ExportedProgram, input_names: list[str]) -> dict[str, list[int]]:
@@ -209,15 +231,41 @@ def sample_size(program: torch.export.ExportedProgram, sym: Any) -> int:
 PLANNED_MEMORY_WARNING_BYTES = 1 << 30
 
 
-def report_planned_memory(manager: Any) -> None:
-    """Log the bytes every load of the program allocates for its activations; warn when they are many."""
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the platform does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def check_planned_memory(manager: Any, max_batch: int, max_length: int, limit: int | None = None) -> int | None:
+    """The bytes every load of the program allocates for its activations (logged; a warning above 1 GiB).
+
+    Above ``limit`` (default: this machine's physical memory) the export is refused: such a program cannot load
+    here (the runtime fails with error 0x21, MemoryAllocationFailed), and the plan is set by the bounds, which
+    the caller can lower. SmolLM2-135M at the default bounds (batch 8, 2048 tokens) planned about 17 GiB."""
     try:
         planned = sum(sum(plan.non_const_buffer_sizes) for plan in manager.executorch_program.execution_plan)
     except AttributeError:  # pragma: no cover - introspection only
-        return
+        return None
+    limit = physical_memory() if limit is None else limit
+    if limit is not None and planned > limit:
+        raise HfExportError(
+            f"ExecuTorch plans {planned / 2**30:.1f} GiB of activations for the largest shapes this program accepts "
+            f"(exporter bounds max_batch={max_batch}, max_length={max_length}, the latter lowered to the model's "
+            "position limit or cache slots where smaller), allocated in full by every load, and this "
+            f"machine has {limit / 2**30:.1f} GiB: the program could not load. Export with smaller bounds: "
+            "ExecutorchExporter(max_batch=..., max_length=...), explicit Dim(min, max) in the config, or a static "
+            "cache (generation_config max_cache_len bounds the tokens per call).",
+            stage="lowering",
+        )
     log = logger.warning if planned > PLANNED_MEMORY_WARNING_BYTES else logger.info
     log(
         "ExecuTorch plans %.1f MiB of activations for the largest accepted shapes (allocated on every load); "
         "smaller ExecutorchExporter(max_batch=, max_length=) or explicit Dim(max=) bounds shrink it",
         planned / 2**20,
     )
+    return planned

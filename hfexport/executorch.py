@@ -93,15 +93,22 @@ class ExecutorchExporter(DynamoExporter):
     file_suffix = ".pte"
 
     def __init__(
-        self, max_batch: int = DEFAULT_MAX_BATCH, max_length: int = DEFAULT_MAX_LENGTH, cache_as_buffers: bool = False
+        self,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        cache_as_buffers: bool = False,
+        max_planned_memory: int | None = None,
     ) -> None:
-        """``cache_as_buffers``: a StaticCache in the sample becomes state the program owns (see ``CacheOwner``)."""
+        """``cache_as_buffers``: a StaticCache in the sample becomes state the program owns (see ``CacheOwner``).
+        ``max_planned_memory``: bytes of planned activations above which the export is refused (default: this
+        machine's physical memory, where such a program cannot load; ``dim_bounds.check_planned_memory``)."""
         super().__init__()
         if max_batch < 2 or max_length < 2:
             raise ValueError(f"max_batch and max_length must be >= 2, got {max_batch}, {max_length}")
         self.max_batch = int(max_batch)
         self.max_length = int(max_length)
         self.cache_as_buffers = bool(cache_as_buffers)
+        self.max_planned_memory = max_planned_memory
 
     # -- export -----------------------------------------------------------------------------------
     def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
@@ -254,7 +261,7 @@ class ExecutorchExporter(DynamoExporter):
         logger.info(
             "ExecuTorch lowering took %.1fs, to_executorch %.1fs", lowered - start, time.perf_counter() - lowered
         )
-        dim_bounds.report_planned_memory(manager)
+        dim_bounds.check_planned_memory(manager, self.max_batch, self.max_length, self.max_planned_memory)
         return manager
 
     @staticmethod

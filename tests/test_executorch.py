@@ -463,7 +463,9 @@ def test_static_cache_axes_are_bounded_at_the_cache_length():
     keys = uppers["past_key_values.layers.0.keys"]
     assert keys[0] == 8 and keys[1:] == list(kwargs["past_key_values"].layers[0].keys.shape[1:])
     assert keys[2] == MAX_CACHE_LEN
-    assert uppers["input_ids"] == [8, 100]  # other axes keep max_length
+    # The query never holds more tokens than the cache has slots: capped there, not at max_length (at real size
+    # the default 2048 planned gigabytes of logits and the program failed to load).
+    assert MAX_CACHE_LEN < 100 and uppers["input_ids"] == [8, MAX_CACHE_LEN]
 
 
 @pytest.mark.parametrize(
@@ -693,3 +695,22 @@ def test_tanh_gelu_matches_eager(tmp_path):
     ExecutorchExporter.save(program, str(tmp_path / "gelu.pte"))
     got = next(iter(flatten_named(runtime.load(str(tmp_path / "gelu.pte"))(x=x)).values()))
     assert float((got - _TanhGelu()(x)).abs().max()) < 2e-6
+
+
+def test_a_plan_that_cannot_load_here_is_refused_at_export(monkeypatch):
+    """A program whose planned activations exceed the limit (default: this machine's memory) is refused at
+    export with the plan's size and the bounds to lower, not written as a .pte that fails to load with 0x21;
+    the model is left as it was. The limit is lowered here to below the tiny model's plan."""
+    from hfexport.errors import HfExportError
+
+    entry = get("llama")
+    model = entry.model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    exporter = ExecutorchExporter(max_planned_memory=1024)
+    with pytest.raises(HfExportError, match=r"GiB of activations .* max_batch=8, max_length=2048") as raised:
+        exporter.export(model, entry.sample_inputs(model), ExecutorchConfig(dynamic=True))
+    assert raised.value.stage == "lowering"
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not model._forward_hooks and not any(m._forward_hooks for m in model.modules())
+    program = ExecutorchExporter().export(model, entry.sample_inputs(model), ExecutorchConfig(dynamic=True))
+    assert program is not None  # the default limit (this machine's memory) lets the tiny plan through
