@@ -143,7 +143,8 @@ def drive(
             if not result.ok:
                 where = ""
                 if locator is not None and fed:
-                    where = "\n" + locator(ref.eager_step(*fed, produced.start)).describe()
+                    ids, mask, pos = fed
+                    where = "\n" + locator(ref.eager_step(ids, mask, pos, produced.start)).describe()
                 raise DecodeMismatch(f"{label}call {call} (token {index}): " + "; ".join(result.failures()) + where)
             want, got = ref.tokens[:, index].tolist(), row.argmax(-1).tolist()
             if want != got:
