@@ -174,7 +174,7 @@ def page(results: dict[str, Any], window: dict[str, Any]) -> str:
         "## Stacks",
         "",
         "Regressions are rows that pass on the pinned stack and not on this one; each is a known failure declared",
-        "for that stack's releases (a strict xfail with its measured message), listed by cause under the stack.",
+        "for that stack's releases (a strict xfail with its measured message), listed by cause below.",
         "",
         "| stack | releases | tests pass / fail / xfail / skipped or unsupported | regressions | default tier wall |",
         "|---|---|---|---|---|",
@@ -190,18 +190,20 @@ def page(results: dict[str, Any], window: dict[str, Any]) -> str:
         regressions = res["gate"]["regressions"] if res.get("gate") else "(baseline)"
         minutes, seconds = divmod(int(res["wall_s"]), 60)
         lines.append(f"| {stack} | {moved} | {counts} | {regressions} | {minutes} min {seconds} s |")
+    pinned = results.get(PINNED)
+    if pinned is not None:
+        lines += ["", "Per check and backend on the pinned stack (pass/fail/xfail/unsupported):", ""]
+        lines += pinned["counts"]
+    lines += ["", "## Regressions by cause", "", "Every other stack differs from the pinned one only in these rows:"]
     for stack in window["stacks"]:
         res = results.get(stack)
-        if res is None:
+        if res is None or stack == PINNED:
             continue
-        lines += ["", f"### {stack}", "", "Per check and backend (pass/fail/xfail/unsupported):", ""]
-        lines += res["counts"]
         causes = (res.get("gate") or {}).get("causes") or []
-        if causes:
-            lines += ["", "Regressions against the pinned stack, by cause:", ""]
-            lines += [
-                f"- {c['rows']} x `{c['cause']}` ({', '.join(c['backends'])}; e.g. {c['example']})" for c in causes
-            ]
+        lines += ["", f"### {stack}", ""]
+        lines += [
+            f"- {c['rows']} x `{c['cause']}` ({', '.join(c['backends'])}; e.g. {c['example']})" for c in causes
+        ] or ["None."]
     return "\n".join(lines) + "\n"
 
 
