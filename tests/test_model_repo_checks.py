@@ -68,14 +68,15 @@ def test_a_model_repo_gates_a_generation_only_fault(tmp_path):
 
 
 def test_every_failing_check_of_a_model_repo_names_the_diverging_module(tmp_path):
-    """faults.scaled_layer1_mlp (llama's layer-1 MLP 2% too large inside every exported graph) in a model repo:
-    each check that compares values fails and its report row names the perturbed module, the generation
-    components, the multi-token decode and the static-cache loop included."""
+    """faults.scaled_layer1_mlp (llama's layer-1 MLP 2% too large inside every exported graph) in a model repo, on
+    Dynamo (the locator per backend is tests/test_localise.py's): each check that compares values fails and its
+    report row names the perturbed module, the generation components, the multi-token decode and the static-cache
+    loop included."""
     repo = tmp_path / "repo"
     repo.mkdir()
     shutil.copy(ROOT / "tests" / "model_repo" / "repo_models.py", repo / "test_repo.py")
     done = run_repo(
-        repo, "-k", "llama", "--hfexport-backend=dynamo,onnx", "--hfexport-impl=faults.scaled_layer1_mlp",
+        repo, "-k", "llama", "--hfexport-backend=dynamo", "--hfexport-impl=faults.scaled_layer1_mlp",
         "--hfexport-report=r.json",
     )
     rows = json.loads((repo / "r.json").read_text())["rows"]
@@ -83,4 +84,4 @@ def test_every_failing_check_of_a_model_repo_names_the_diverging_module(tmp_path
     assert done.returncode == 1 and {c for _, c in failed} >= {
         "export", "generation", "multi_token_decode", "static_cache"
     }, (failed, done.stdout[-3000:])
-    assert {b for b, _ in failed} == {"dynamo", "onnx"} and set(failed.values()) == {"model.layers.1.mlp"}, failed
+    assert set(failed.values()) == {"model.layers.1.mlp"}, failed
