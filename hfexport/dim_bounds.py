@@ -122,12 +122,12 @@ def static_cache_slots(graph_inputs: Mapping[str, Any]) -> int | None:
     from transformers import StaticCache
 
     lengths = [
-        t.shape[2]
+        int(getattr(layer, "max_cache_len", 0) or 0)  # a prefill's cache has no tensors before its first update
         for value in graph_inputs.values()
         if isinstance(value, StaticCache)
-        for t in caches.cache_tensors(value)
-        if isinstance(t, torch.Tensor) and t.dim() == 4
+        for layer in getattr(value, "layers", [])
     ]
+    lengths = [n for n in lengths if n > 0]
     encoder = any(caches.is_cache(v) and not isinstance(v, StaticCache) for v in graph_inputs.values())
     return int(max(lengths)) if lengths and not encoder and not any("encoder" in k for k in graph_inputs) else None
 

@@ -444,7 +444,10 @@ def test_static_cache_axes_are_bounded_at_the_cache_length():
     entry = get("llama")
     model = entry.model()
     generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
-    module, kwargs = decompose_for_generation(model, entry.sample_inputs(model), generation, True)["decode"]
+    components = decompose_for_generation(model, entry.sample_inputs(model), generation, True)
+    module, kwargs = components["decode"]
+    # The prefill's cache has no tensors before its first update: its slots come from the layers' max_cache_len.
+    assert dim_bounds.static_cache_slots(split_inputs(components["prefill"][1])[0]) == MAX_CACHE_LEN
     exporter = ExecutorchExporter(max_length=100)
     config = ExecutorchConfig(dynamic=True)
     program = exporter.trace(module, kwargs, config)
