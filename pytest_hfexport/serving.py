@@ -28,6 +28,7 @@ from .reference import (
     explicit_mask,
     generation_config,
     graph_kwargs,
+    takes_attention_mask,
 )
 from .reference import new_tokens as _new_tokens
 
@@ -99,7 +100,7 @@ def _dispatcher(
         if name is None:  # e.g. a multimodal prefill: the model's own forward, its parts served
             return eager(*args, **kwargs)
         call = bind_call(module, args, kwargs)
-        if masked and "attention_mask" in inspect.signature(eager).parameters:
+        if masked and takes_attention_mask(module):
             explicit_mask(call)
         calls[name] += 1
         got = flat_named(runners[name](**copy.deepcopy(graph_kwargs(call))))
