@@ -59,7 +59,7 @@ from .io import atomic_output
 from .model_state import restore_model, snapshot_model
 from .outputs import flatten_named, spec_leaf_names
 from .patching import executorch_checks, executorch_fixes, executorch_fusion, executorch_retraces  # noqa: F401 (patches)
-from .patching.executorch_passes import run_edge_passes
+from .patching.executorch_passes import check_updated_inputs_keep_their_storage, run_edge_passes
 from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
@@ -261,6 +261,7 @@ class ExecutorchExporter(DynamoExporter):
         logger.info(
             "ExecuTorch lowering took %.1fs, to_executorch %.1fs", lowered - start, time.perf_counter() - lowered
         )
+        check_updated_inputs_keep_their_storage(manager)
         dim_bounds.check_planned_memory(manager, self.max_batch, self.max_length, self.max_planned_memory)
         return manager
 

@@ -472,6 +472,50 @@ def test_static_cache_axes_are_bounded_at_the_cache_length():
     assert MAX_CACHE_LEN < 100 and uppers["input_ids"] == [8, MAX_CACHE_LEN]
 
 
+
+def test_an_in_place_cache_update_keeps_the_input_storage_to_the_end(tmp_path):
+    """Every output of the decode graph, the updated cache included, equals eager's: with EXIR's planner freeing
+    an in-place updated input at its update, an int64 written later landed on layer 1's first key (0.32 off)."""
+    import copy
+
+    import transformers
+
+    from hfexport.generation import decompose_for_generation
+
+    entry = get("llama")
+    model = entry.model()
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    module, kwargs = decompose_for_generation(model, entry.sample_inputs(model), generation, True)["decode"]
+    program = ExecutorchExporter().export(module, kwargs, ExecutorchConfig(dynamic=True, backend="portable"))
+    path = tmp_path / "decode.pte"
+    ExecutorchExporter.save(program, str(path))
+    with torch.no_grad():
+        expected = flatten_named(module(**copy.deepcopy(dict(kwargs))))
+    runner = runtime.load(str(path))
+    flat = runner.flatten_inputs(copy.deepcopy(dict(kwargs)))
+    got = runner({k: v for k, v in flat.items() if k in set(runner.input_names)})
+    verdict = compare(expected, got, "executorch")
+    assert verdict.ok, verdict
+    assert any(name.endswith("layers.1.keys") for name in got)
+
+
+def test_a_plan_that_puts_tensors_on_an_updated_input_is_refused(monkeypatch):
+    """Without the read-through of in-place updates the plan reuses the updated keys' storage: the export must
+    say so, not write a program that returns another tensor's bytes as the cache."""
+    import transformers
+
+    from hfexport.generation import decompose_for_generation
+    from hfexport.patching import executorch_passes
+
+    monkeypatch.setattr(executorch_passes, "_read_through_the_input", lambda node: None)
+    entry = get("llama")
+    model = entry.model()
+    generation = transformers.GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
+    module, kwargs = decompose_for_generation(model, entry.sample_inputs(model), generation, True)["decode"]
+    with pytest.raises(HfExportError, match="frees the mutated input .* puts .* later tensor") as info:
+        ExecutorchExporter().export(module, kwargs, ExecutorchConfig(dynamic=True, backend="portable"))
+    assert info.value.stage == "lowering"
+
 @pytest.mark.parametrize(
     ("config", "max_length", "bound"),
     [

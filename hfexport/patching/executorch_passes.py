@@ -92,9 +92,27 @@ def cache_updates_in_place(program: Any) -> int:
         node.target = inplace
         updated.append(node)
     reverted = _keep_written_back_outputs_first(program, set(updated), inplace, functional)
+    for node in updated:
+        if node.target == inplace:
+            _read_through_the_input(node)
     if updated:
         graph_module.recompile()
     return len(updated) - reverted
+
+
+def _read_through_the_input(node: Any) -> None:
+    """Make every reader of an in-place cache update (attention's read of the updated cache, the graph outputs)
+    read the updated input itself.
+
+    EXIR's memory planner skips in-place nodes when it sets lifetimes (``collect_specs_from_nodes``), so a read of
+    the update's result did not keep the input's storage alive: a mutated user input (not a mutable buffer, which
+    is never freed) was freed at its update, and the planner put later tensors on it. On llama's decode graph,
+    with the sequence bound at the cache's 32 slots, the int64 cache length written at the end landed on layer 1's
+    first key (the keys came back 0.32 off, the logits 1.1e-4). Read through the placeholder, every use counts,
+    and EXIR's write-back still sees the output's in-place lineage (no ``copy_``). The update has no users left;
+    EXIR keeps it as a mutating op."""
+    source = node.args[0]
+    node.replace_all_uses_with(source)
 
 
 def _keep_written_back_outputs_first(program: Any, updated: set[Any], inplace: Any, functional: Any) -> int:
@@ -158,3 +176,61 @@ def run_edge_passes(edge: Any) -> dict[str, int]:
     if changed:
         logger.debug("edge passes changed %s", changed)
     return changed
+
+
+def _planned_specs(nodes: list[Any]) -> list[Any]:
+    """Every memory-planned tensor spec the nodes compute (a node with several outputs holds a list of them). The
+    output node's own specs are left out: the emitter returns its arguments' values and writes nothing there."""
+    specs = []
+    for node in nodes:
+        if node.op == "output":
+            continue
+        spec = node.meta.get("spec")
+        for one in spec if isinstance(spec, (list, tuple)) else [spec]:
+            if getattr(one, "mem_id", None) is not None and getattr(one, "mem_offset", None) is not None:
+                specs.append(one)
+    return specs
+
+
+def check_updated_inputs_keep_their_storage(manager: Any) -> None:
+    """Refuse a memory plan that puts another tensor on a mutated user input's storage after the input's planned
+    lifetime ends.
+
+    The caller reads a mutated input's new value (a static cache's keys) after the call, from the input's own
+    storage; a tensor written there later returns its bytes as the cache, silently. ``_read_through_the_input``
+    prevents it for hfexport's in-place updates; this catches any other path to it (another pass, another EXIR
+    release)."""
+    from hfexport.errors import HfExportError
+
+    for method in manager.methods:
+        program = manager.exported_program(method)
+        nodes = list(program.graph.nodes)
+        mutated = set(program.graph_signature.user_inputs_to_mutate.values())
+        specs = _planned_specs(nodes)
+        for node in nodes:
+            if node.op != "placeholder" or node.name not in mutated:
+                continue
+            kept = node.meta.get("spec")
+            if getattr(kept, "mem_id", None) is None or not getattr(kept, "lifetime", None):
+                continue
+            end = kept.lifetime[1]
+            lo, hi = kept.mem_offset, kept.mem_offset + kept.allocated_memory
+            later = [
+                s
+                for s in specs
+                if s is not kept
+                and s.mem_id == kept.mem_id
+                and s.lifetime[0] is not None
+                and s.lifetime[0] > end
+                and s.mem_offset < hi
+                and lo < s.mem_offset + s.allocated_memory
+            ]
+            if later:
+                raise HfExportError(
+                    f"ExecuTorch's memory plan of method {method!r} frees the mutated input {node.name!r} at node "
+                    f"{end} of {len(nodes)} and puts {len(later)} later tensor(s) on its storage, before the "
+                    "program returns it: they would overwrite its new value. This is a defect of a lowering pass; "
+                    "please report it with this message. Meanwhile export with "
+                    "ExecutorchExporter(cache_as_buffers=True) (the program keeps the cache).",
+                    stage="lowering",
+                )
