@@ -64,9 +64,8 @@ from .registry import register_exporter
 
 logger = logging.getLogger(__name__)
 
-# Upper bounds for dynamic axes that have none (see module doc). Override per exporter:
-# ExecutorchExporter(max_batch=..., max_length=...). The sequence bound is further limited by
-# the model's position limit where it has one (longer inputs cannot run anyway), and lowered for
+# Upper bounds for dynamic axes that have none (see module doc); ExecutorchExporter(max_batch=, max_length=) overrides
+# them. The sequence bound is lowered to the model's position limit or a static cache's slots where smaller, and for
 # models with none (dim_bounds.sequence_bound, where DEFAULT_MAX_LENGTH and the others live).
 DEFAULT_MAX_BATCH = 8
 # Suffix of the JSON side file that carries the input/output names of a saved program.
