@@ -11,9 +11,8 @@ Each model x check becomes a test (id ``tiny-export``) and the plugin adds the b
 (``[tiny-export-onnx]``, ``-m onnx`` selects), binds ``check`` to the backend, the implementation
 under test and the device, and records one report row per model x backend x check.
 
-A model may be given as a ``ModelCase``; as an object shaped like a ``conformance.zoo`` entry
-(``name``, ``model()``, ``sample_inputs(model, batch=None, seq=None)``); or as a plain function
-returning ``(model, inputs)``.
+A model may be given as a ``ModelCase`` (the suite's ``conformance.zoo`` entries are ModelCases too, with the
+checks of the suite families they opt into), or as a plain function returning ``(model, inputs)``.
 """
 
 from __future__ import annotations
@@ -49,6 +48,10 @@ class ModelCase:
     seed: int = 0
     cache_len: int = 64  # the static cache's length (``static_cache``)
 
+    def selected_checks(self) -> tuple[str, ...]:
+        """The checks this case gets when the caller names none: ``checks``, else by what the model is."""
+        return tuple(self.checks) if self.checks else default_checks(self.model())
+
     def model(self) -> Any:
         import torch
 
@@ -77,18 +80,11 @@ class ModelCase:
 def as_case(obj: Any) -> ModelCase:
     if isinstance(obj, ModelCase):
         return obj
-    if hasattr(obj, "name") and hasattr(obj, "model") and hasattr(obj, "sample_inputs"):  # a zoo entry
-        entry = obj
-        return ModelCase(
-            entry.name,
-            build=lambda: entry.model(),
-            inputs=lambda model, b, s: entry.sample_inputs(model, b, s),
-            sample=tuple(getattr(entry, "sample", (1, 6))),
-            other=tuple(getattr(entry, "other", (2, 9))),
-        )
     if callable(obj):
         return _FactoryCase(getattr(obj, "__name__", type(obj).__name__), factory=obj)
-    raise TypeError(f"parametrize_with_checks takes ModelCase objects, zoo entries or factories, got {obj!r}")
+    raise TypeError(
+        f"parametrize_with_checks takes ModelCase objects (zoo entries are ModelCases) or factories, got {obj!r}"
+    )
 
 
 class _FactoryCase(ModelCase):
@@ -294,7 +290,7 @@ def parametrize_with_checks(
         raise ValueError(f"parametrize_with_checks: model names must be unique, got {names}")
     params = []
     for case in cases:
-        for check in checks or case.checks or default_checks(case.model()):
+        for check in checks or case.selected_checks():
             if check not in CHECKS:
                 raise ValueError(f"unknown check {check!r}; checks are {sorted(CHECKS)}")
             cc = CheckCase(case, check)

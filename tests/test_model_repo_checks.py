@@ -85,3 +85,33 @@ def test_every_failing_check_of_a_model_repo_names_the_diverging_module(tmp_path
         "export", "generation", "multi_token_decode", "static_cache"
     }, (failed, done.stdout[-3000:])
     assert set(failed.values()) == {"model.layers.1.mlp"}, failed
+
+
+ZOO_REPO = '''
+from conformance.zoo import get
+from pytest_hfexport import parametrize_with_checks
+
+
+@parametrize_with_checks([get("llama"), get("bert")])
+def test_zoo(check):
+    check()
+'''
+
+
+def test_a_zoo_entry_is_a_model_case_judged_by_the_checks_of_its_suite_families(tmp_path):
+    """The suite's entries are ModelCases: a repo hands them to parametrize_with_checks and gets the plugin's checks
+    of the families each entry opts into (llama: every generation family; bert: the plain ones). A
+    generation-only fault (the decode graph traced without its mask) fails llama's static-cache check there."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_repo.py").write_text(ZOO_REPO)
+    listed = run_repo(repo, "--hfexport-backend=dynamo", "--collect-only", "-q")
+    ids = {line.split("[", 1)[1].rstrip("]") for line in listed.stdout.splitlines() if "::test_zoo[" in line}
+    generation = {"generation", "generation_tokens", "multi_token_decode", "static_cache"}
+    plain = {"export", "unchanged", "shapes"}
+    assert ids == {f"dynamo-llama-{c}" for c in plain | generation} | {f"dynamo-bert-{c}" for c in plain}, ids
+    faulty = run_repo(repo, "-k", "llama and static_cache", "--hfexport-backend=dynamo",
+                      "--hfexport-impl=faults.maskless_static_decode")
+    assert faulty.returncode == 1 and "1 failed" in faulty.stdout, faulty.stdout[-3000:]
+    right = run_repo(repo, "-k", "llama and static_cache", "--hfexport-backend=dynamo")
+    assert right.returncode == 0 and "1 passed" in right.stdout, right.stdout[-3000:]

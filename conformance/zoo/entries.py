@@ -39,7 +39,7 @@ def _decoder(
         cfg = config_cls(**{**TINY, **overrides})
         return model_cls(cfg)
 
-    register(ZooEntry(name, family, build, causal_lm_inputs, checks=checks, seed=seed))
+    register(ZooEntry(name, family=family, build=build, inputs=causal_lm_inputs, checks=checks, seed=seed))
 
 
 _decoder("llama", tf.LlamaForCausalLM, tf.LlamaConfig, num_key_value_heads=2)
@@ -115,7 +115,7 @@ def _gpt2() -> Any:
     )
 
 
-register(ZooEntry("gpt2", "decoder", _gpt2, causal_lm_inputs, checks=GEN))
+register(ZooEntry("gpt2", family="decoder", build=_gpt2, inputs=causal_lm_inputs, checks=GEN))
 
 
 TINY_SSM = dict(
@@ -138,9 +138,9 @@ def _ssm(name: str, model_cls: Any, config_cls: Any) -> None:
     register(
         ZooEntry(
             name,
-            "ssm",
-            lambda: model_cls(config_cls(**TINY_SSM)),
-            lambda m, b, s: text_inputs(m, b, s, mask=False),
+            family="ssm",
+            build=lambda: model_cls(config_cls(**TINY_SSM)),
+            inputs=lambda m, b, s: text_inputs(m, b, s, mask=False),
             checks=("export", "shapes", "generation", "multi_token_decode"),
             query_tokens=(1,),
         )
@@ -166,7 +166,11 @@ def _bert() -> Any:
     )
 
 
-register(ZooEntry("bert", "encoder-text", _bert, lambda m, b, s: text_inputs(m, b, s, token_type_ids=True)))
+register(
+    ZooEntry(
+        "bert", family="encoder-text", build=_bert, inputs=lambda m, b, s: text_inputs(m, b, s, token_type_ids=True)
+    )
+)
 
 
 def _roberta() -> Any:
@@ -183,7 +187,7 @@ def _roberta() -> Any:
     )
 
 
-register(ZooEntry("roberta", "encoder-text", _roberta, text_inputs))
+register(ZooEntry("roberta", family="encoder-text", build=_roberta, inputs=text_inputs))
 
 
 def _funnel() -> Any:
@@ -197,7 +201,7 @@ def _funnel() -> Any:
 
 
 # Eager Funnel refuses fewer than 3 tokens (its pooled tables overrun).
-register(ZooEntry("funnel", "encoder-text", _funnel, text_inputs, min_seq=3))
+register(ZooEntry("funnel", family="encoder-text", build=_funnel, inputs=text_inputs, min_seq=3))
 
 
 # The tiny vision tower every image entry shares: TINY's widths over 32x32 images in 8x8 patches.
@@ -224,9 +228,9 @@ def _register_image_model(name: str, build: Callable[[], Any]) -> None:
     register(
         ZooEntry(
             name,
-            "encoder-vision",
-            build,
-            image_inputs,
+            family="encoder-vision",
+            build=build,
+            inputs=image_inputs,
             checks=("export",),
             sample=(1, 0),
             batch=3,
@@ -257,7 +261,7 @@ def _t5() -> Any:
     return tf.T5ForConditionalGeneration(tf.T5Config(**TINY_T5, initializer_factor=5.0))
 
 
-register(ZooEntry("t5", "encoder-decoder", _t5, seq2seq_inputs, checks=SEQ2SEQ, seed=3))
+register(ZooEntry("t5", family="encoder-decoder", build=_t5, inputs=seq2seq_inputs, checks=SEQ2SEQ, seed=3))
 
 
 def _switch_transformers() -> Any:
@@ -269,7 +273,15 @@ def _switch_transformers() -> Any:
     return tf.SwitchTransformersForConditionalGeneration(config)
 
 
-register(ZooEntry("switch_transformers", "encoder-decoder", _switch_transformers, seq2seq_inputs, checks=("export",)))
+register(
+    ZooEntry(
+        "switch_transformers",
+        family="encoder-decoder",
+        build=_switch_transformers,
+        inputs=seq2seq_inputs,
+        checks=("export",),
+    )
+)
 
 
 # The stacks of the BART-style encoder-decoders (bart, mbart) and of whisper.
@@ -293,7 +305,7 @@ def _bart_like(name: str, model_cls: Any, config_cls: Any, init_std: float, seed
     def build() -> Any:
         return model_cls(config_cls(**TINY_BART, init_std=init_std))
 
-    register(ZooEntry(name, "encoder-decoder", build, seq2seq_inputs, checks=SEQ2SEQ, seed=seed))
+    register(ZooEntry(name, family="encoder-decoder", build=build, inputs=seq2seq_inputs, checks=SEQ2SEQ, seed=seed))
 
 
 _bart_like("bart", tf.BartForConditionalGeneration, tf.BartConfig, init_std=0.2, seed=1)
@@ -317,7 +329,7 @@ def _whisper() -> Any:
     )
 
 
-register(ZooEntry("whisper", "speech", _whisper, speech_inputs, checks=SEQ2SEQ))
+register(ZooEntry("whisper", family="speech", build=_whisper, inputs=speech_inputs, checks=SEQ2SEQ))
 
 
 def _vision_encoder_decoder() -> Any:
@@ -345,9 +357,9 @@ def _vision_encoder_decoder() -> Any:
 register(
     ZooEntry(
         "vision_encoder_decoder",
-        "encoder-decoder",
-        _vision_encoder_decoder,
-        vision_seq2seq_inputs,
+        family="encoder-decoder",
+        build=_vision_encoder_decoder,
+        inputs=vision_seq2seq_inputs,
         checks=SEQ2SEQ,
         seed=3,
     )

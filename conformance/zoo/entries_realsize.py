@@ -83,7 +83,7 @@ T5_SMALL = dict(
 
 
 def _entry(name: str, family: str, build: Any, inputs: Any, checks: tuple[str, ...]) -> None:
-    register(ZooEntry(name, family, build, inputs, checks=checks, tier="realsize"))
+    register(ZooEntry(name, family=family, build=build, inputs=inputs, checks=checks, tier="realsize"))
 
 
 _entry("smollm2_135m", "decoder", lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**SMOLLM2_135M)), causal_lm_inputs, GEN)

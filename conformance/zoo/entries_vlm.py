@@ -56,9 +56,9 @@ def _llava_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
 register(
     ZooEntry(
         "llava",
-        "vlm",
-        _llava,
-        _llava_inputs,
+        family="vlm",
+        build=_llava,
+        inputs=_llava_inputs,
         checks=("export", "shapes", "generation"),
         sample=(1, 4),
         other_seq=6,
@@ -123,9 +123,9 @@ def _qwen2_vl_inputs(model: Any, batch: int, seq: int) -> dict[str, Any]:
 register(
     ZooEntry(
         "qwen2_vl",
-        "vlm",
-        _qwen2_vl,
-        _qwen2_vl_inputs,
+        family="vlm",
+        build=_qwen2_vl,
+        inputs=_qwen2_vl_inputs,
         checks=("export", "generation"),
         sample=(1, 4),
         other_seq=6,

@@ -7,11 +7,12 @@ which checks apply. Adding an architecture is adding one entry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from pytest_hfexport.downstream import ModelCase
 
 # Families of architectures the zoo covers.
 FAMILIES = ("decoder", "moe", "ssm", "encoder-text", "encoder-vision", "encoder-decoder", "speech", "vlm")
@@ -23,26 +24,34 @@ TIERS = ("tiny", "realsize")
 CHECKS = ("export", "shapes", "generation", "multi_token_decode", "static_cache")
 
 
-@dataclass(frozen=True)
-class ZooEntry:
-    """One tiny architecture: how to build it, how to make inputs of any size, which checks apply.
+# The plugin's checks a zoo entry gets as a model repo's case, per suite family it opts into: the same families, the
+# suite's generation family judging both the components and the tokens they generate.
+PLUGIN_CHECKS = {
+    "export": ("export", "unchanged"),
+    "shapes": ("shapes",),
+    "generation": ("generation", "generation_tokens"),
+    "multi_token_decode": ("multi_token_decode",),
+    "static_cache": ("static_cache",),
+}
+
+
+@dataclass(eq=False, kw_only=True)
+class ZooEntry(ModelCase):
+    """One tiny architecture: a ``ModelCase`` (how to build it, how to make inputs of any size) that also says
+    which suite families apply and how the suite varies its inputs. Being a ``ModelCase``, an entry is also what a
+    model repo hands ``parametrize_with_checks``: the same checks judge it there.
 
     ``sample`` is the (batch, sequence) the exports are traced on; every artifact also runs at
     ``other_seq`` tokens, at ``batch`` rows with left padding and, where ``min_seq`` is 1, at one token.
     ``seq`` is False where the inputs have no token axis (images): then only the batch varies."""
 
-    name: str
     family: str
-    build: Callable[[], Any]  # -> model (eval mode, seeded)
-    inputs: Callable[[Any, int, int], dict[str, Any]]  # (model, batch, seq) -> inputs
     checks: tuple[str, ...] = ("export", "shapes")
-    sample: tuple[int, int] = (1, 6)
     other_seq: int = 9
     batch: int = 2
     seq: bool = True
     min_seq: int = 1  # the shortest input the entry is run at: 1 where eager serves one token
     query_tokens: tuple[int, ...] = (1, 3)  # query blocks a multi-token decode graph serves (eager must too)
-    seed: int = 0  # the weights' seed: chosen so greedy generation is not degenerate
     tier: str = "tiny"
 
     def __post_init__(self) -> None:
@@ -53,6 +62,11 @@ class ZooEntry:
         unknown = set(self.checks) - set(CHECKS)
         if unknown:
             raise ValueError(f"zoo entry {self.name}: unknown checks {sorted(unknown)}; checks are {CHECKS}")
+        self.other = (self.sample[0], self.other_seq)  # the plugin's export check runs the artifact there too
+
+    def selected_checks(self) -> tuple[str, ...]:
+        """The plugin's checks for the suite families this entry opts into (``PLUGIN_CHECKS``)."""
+        return tuple(check for family in self.checks for check in PLUGIN_CHECKS[family])
 
     def model(self) -> Any:
         torch.manual_seed(self.seed)
