@@ -44,6 +44,9 @@ SQNR_FLOOR: dict[tuple[str, str], float] = {
     ("int8", "gemma3"): 31,
     ("int4", "gemma3"): 7,
     ("8da4w", "gemma3"): 6,
+    ("int8", "gemma3_mqa"): 32,
+    ("int4", "gemma3_mqa"): 10,
+    ("8da4w", "gemma3_mqa"): 11,
     ("int8", "gpt2"): 42,
     ("int4", "gpt2"): 18,
     ("8da4w", "gpt2"): 18,
@@ -109,6 +112,9 @@ SQNR_FLOOR: dict[tuple[str, str], float] = {
     ("int8", "whisper"): 25,
     ("int4", "whisper"): 5,
     ("8da4w", "whisper"): 6,
+    ("int8", "whisper_uneven"): 22,
+    ("int4", "whisper_uneven"): 2,
+    ("8da4w", "whisper_uneven"): 12,
 }
 
 

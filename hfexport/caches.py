@@ -275,8 +275,28 @@ def named_cache_tensors(cache: Any, prefix: str | None = None) -> dict[str, torc
 
 
 def clone_cache(cache: Any) -> Any:
-    """A deep copy whose tensors are fresh: tracing must never touch the caller's cache."""
-    return copy.deepcopy(cache)
+    """A deep copy whose tensors are fresh and row-major: tracing must never touch the caller's cache.
+
+    A sliding-window layer keeps its last tokens as a slice of a longer tensor ([1, 1, 5, 16] with strides
+    (96, 96, 16, 1)). torch.export gives such a stride a symbol of its own that the program's range constraints do
+    not list, and ``torch.export.load`` then refused the saved program ("vr must not be None for symbol s58";
+    gemma3 with one key/value head). Traced on row-major copies (same values), the strides follow the sizes."""
+    copied = copy.deepcopy(cache)
+    tensors, context = flatten_cache(copied)
+    if all(_row_major(t) for t in tensors):
+        return copied
+    return unflatten_cache([t.clone(memory_format=torch.contiguous_format) for t in tensors], context)
+
+
+def _row_major(tensor: torch.Tensor) -> bool:
+    """Whether the strides are the ones a fresh tensor of this shape has (size-1 axes included)."""
+    if tensor.layout != torch.strided:
+        return True
+    expected, step = [], 1
+    for size in reversed(tensor.shape):
+        expected.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(expected)) == tuple(tensor.stride())
 
 
 def reset_cache(cache: Any) -> Any:

@@ -97,3 +97,28 @@ def test_static_cache_input_is_mutated_in_place_by_the_program():
     before = keys.clone()
     program.module()(input_ids=step["input_ids"], past_key_values=cache, position_ids=step["position_ids"])
     assert cache.layers[0].keys is keys and not torch.equal(keys, before)
+
+
+@pytest.mark.parametrize("row_major", [True, False])
+def test_a_sliding_layer_s_sliced_cache_traces_into_a_program_that_loads(tmp_path, monkeypatch, row_major):
+    """gemma3 with one key/value head: its sliding layers hold the last tokens as a slice (strides of the longer
+    tensor), and a decode graph traced on that slice got a stride symbol torch.export.load refused. The trace runs
+    on row-major copies (caches.clone_cache); with a plain deep copy (the fault) the saved program does not load."""
+    import copy
+
+    from conformance.zoo import get
+    from hfexport import caches
+    from hfexport.runtime import load
+
+    if not row_major:
+        monkeypatch.setattr(caches, "clone_cache", copy.deepcopy)
+    entry = get("gemma3_mqa")
+    model = entry.model()
+    programs = DynamoExporter().export_for_generation(model, entry.sample_inputs(model), DynamoConfig(dynamic=True))
+    path = tmp_path / "decode.pt2"
+    DynamoExporter.save(programs["decode"], str(path))
+    if row_major:
+        assert load(str(path)).input_names
+    else:
+        with pytest.raises(Exception, match="vr must not be None"):
+            load(str(path))

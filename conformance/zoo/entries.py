@@ -76,6 +76,20 @@ _decoder(
     layer_types=["sliding_attention", "full_attention"],
     seed=2,
 )
+# A second sliding-window configuration: three layers (two sliding, one full), a wider window, one key/value head
+# shared by four query heads and a head size that is not hidden / heads.
+_decoder(
+    "gemma3_mqa",
+    tf.Gemma3ForCausalLM,
+    tf.Gemma3TextConfig,
+    hidden_size=48,
+    num_hidden_layers=3,
+    num_key_value_heads=1,
+    head_dim=16,
+    sliding_window=6,
+    layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    seed=2,
+)
 _decoder(
     "qwen3_moe",
     tf.Qwen3MoeForCausalLM,
@@ -330,6 +344,33 @@ def _whisper() -> Any:
 
 
 register(ZooEntry("whisper", family="speech", build=_whisper, inputs=speech_inputs, checks=SEQ2SEQ))
+
+
+def _whisper_uneven() -> Any:
+    """A second whisper: a deeper encoder than decoder, six heads of 8, other feature and position sizes."""
+    return tf.WhisperForConditionalGeneration(
+        tf.WhisperConfig(
+            d_model=48,
+            encoder_layers=3,
+            decoder_layers=1,
+            encoder_attention_heads=6,
+            decoder_attention_heads=6,
+            encoder_ffn_dim=96,
+            decoder_ffn_dim=80,
+            vocab_size=160,
+            num_mel_bins=20,
+            max_source_positions=24,
+            max_target_positions=48,
+            decoder_start_token_id=1,
+            **SPECIAL_TOKENS,
+            suppress_tokens=None,
+            begin_suppress_tokens=None,
+            init_std=0.5,
+        )
+    )
+
+
+register(ZooEntry("whisper_uneven", family="speech", build=_whisper_uneven, inputs=speech_inputs, checks=SEQ2SEQ))
 
 
 def _vision_encoder_decoder() -> Any:
