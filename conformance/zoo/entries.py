@@ -327,50 +327,43 @@ _bart_like("bart", tf.BartForConditionalGeneration, tf.BartConfig, init_std=0.2,
 _bart_like("mbart", tf.MBartForConditionalGeneration, tf.MBartConfig, init_std=0.5)
 
 
-def _whisper() -> Any:
-    return tf.WhisperForConditionalGeneration(
-        tf.WhisperConfig(
-            **TINY_ENCODER_DECODER,
-            num_mel_bins=16,
-            max_source_positions=16,
-            max_target_positions=64,
-            decoder_start_token_id=1,
-            **SPECIAL_TOKENS,
-            suppress_tokens=None,
-            begin_suppress_tokens=None,
-            init_std=0.5,
+def _whisper(name: str, **overrides: Any) -> None:
+    """A tiny whisper: the tiny encoder-decoder's sizes, 16 mel bins, 16 source and 64 target positions, unless
+    overridden."""
+
+    def build() -> Any:
+        config = dict(TINY_ENCODER_DECODER, num_mel_bins=16, max_source_positions=16, max_target_positions=64)
+        config.update(overrides)
+        return tf.WhisperForConditionalGeneration(
+            tf.WhisperConfig(
+                **config,
+                decoder_start_token_id=1,
+                **SPECIAL_TOKENS,
+                suppress_tokens=None,
+                begin_suppress_tokens=None,
+                init_std=0.5,
+            )
         )
-    )
+
+    register(ZooEntry(name, family="speech", build=build, inputs=speech_inputs, checks=SEQ2SEQ))
 
 
-register(ZooEntry("whisper", family="speech", build=_whisper, inputs=speech_inputs, checks=SEQ2SEQ))
-
-
-def _whisper_uneven() -> Any:
-    """A second whisper: a deeper encoder than decoder, six heads of 8, other feature and position sizes."""
-    return tf.WhisperForConditionalGeneration(
-        tf.WhisperConfig(
-            d_model=48,
-            encoder_layers=3,
-            decoder_layers=1,
-            encoder_attention_heads=6,
-            decoder_attention_heads=6,
-            encoder_ffn_dim=96,
-            decoder_ffn_dim=80,
-            vocab_size=160,
-            num_mel_bins=20,
-            max_source_positions=24,
-            max_target_positions=48,
-            decoder_start_token_id=1,
-            **SPECIAL_TOKENS,
-            suppress_tokens=None,
-            begin_suppress_tokens=None,
-            init_std=0.5,
-        )
-    )
-
-
-register(ZooEntry("whisper_uneven", family="speech", build=_whisper_uneven, inputs=speech_inputs, checks=SEQ2SEQ))
+_whisper("whisper")
+# A second whisper: a deeper encoder than decoder, six heads of 8, other feature and position sizes.
+_whisper(
+    "whisper_uneven",
+    d_model=48,
+    encoder_layers=3,
+    decoder_layers=1,
+    encoder_attention_heads=6,
+    decoder_attention_heads=6,
+    encoder_ffn_dim=96,
+    decoder_ffn_dim=80,
+    vocab_size=160,
+    num_mel_bins=20,
+    max_source_positions=24,
+    max_target_positions=48,
+)
 
 
 def _vision_encoder_decoder() -> Any:
