@@ -12,34 +12,14 @@ import pytest
 
 from conformance.conftest import NEW_TOKENS, entry_params
 from conformance.judge import assert_matches
-from pytest_hfexport.reference import (
-    capture_generation,
-    component_modules,
-    eager_tokens,
-    expected_components,
-    generation_config,
-)
+from pytest_hfexport.reference import component_calls, eager_tokens, generation_config
 from pytest_hfexport.serving import served_tokens
 
 
 def check_components(result, kinds, backend):
-    model, modules = result.model, component_modules(result.model)
-    for kind, inputs in result.entry.input_sets(model, kinds).items():
-        capture = capture_generation(model, inputs, 2)
-        expected = expected_components(model, capture)
-        assert set(result.programs) == expected, (
-            f"export_for_generation returned {sorted(result.programs)}; for {type(model).__name__} the split is "
-            f"{sorted(expected)}"
-        )
-        for name in sorted(result.programs):
-            assert_matches(
-                modules[name],
-                capture.call(name),
-                result.runners[name],
-                backend,
-                f"component {name!r} on the {kind} prompt",
-                artifact=result.artifact(name),
-            )
+    inputs_by_kind = result.entry.input_sets(result.model, kinds)
+    for label, name, module, call in component_calls(result.model, result.programs, inputs_by_kind):
+        assert_matches(module, call, result.runners[name], backend, label, artifact=result.artifact(name))
 
 
 def assert_tokens(got, expected, what):

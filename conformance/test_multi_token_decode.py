@@ -10,7 +10,7 @@ import pytest
 from conformance.conftest import case
 from conformance.judge import assert_matches
 from conformance.zoo import select
-from pytest_hfexport.reference import decode_block
+from pytest_hfexport.reference import decode_block_calls
 
 
 def block_params(key: str) -> list:
@@ -22,16 +22,9 @@ def block_params(key: str) -> list:
 
 
 def check_decode(result, kinds, tokens, backend):
-    for kind, inputs in result.entry.input_sets(result.model, kinds).items():
-        call = decode_block(result.model, inputs, tokens)
-        assert_matches(
-            result.model,
-            call,
-            result.runners["decode"],
-            backend,
-            f"decode of {tokens} query token(s) after the {kind} prompt",
-            artifact=result.artifact("decode"),
-        )
+    inputs_by_kind = result.entry.input_sets(result.model, kinds)
+    for label, call in decode_block_calls(result.model, inputs_by_kind, (tokens,)):
+        assert_matches(result.model, call, result.runners["decode"], backend, label, artifact=result.artifact("decode"))
 
 
 @pytest.mark.parametrize("entry,tokens", block_params("multi_token_decode"))

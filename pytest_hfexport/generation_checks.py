@@ -160,21 +160,12 @@ def judge(
 
 def check_generation(case: Any, harness: Any, settings: Any) -> Any:
     """Every component against its eager submodule on the calls generate() makes, at every input set."""
-    from .reference import capture_generation, component_modules, expected_components
+    from .reference import component_calls
 
     with _measured(case, harness, "generation") as m:
         parts = export_components(case, harness, m)
-        modules = component_modules(parts.model)
-        for kind, inputs in input_sets(case, parts.model).items():
-            capture = capture_generation(parts.model, inputs, 2)
-            expected = expected_components(parts.model, capture)
-            assert set(parts.runners) == expected, (
-                f"export_for_generation returned {sorted(parts.runners)}; for {type(parts.model).__name__} the "
-                f"split is {sorted(expected)}"
-            )
-            for name in sorted(parts.runners):
-                label = f"component {name!r} on the {kind} prompt"
-                judge(modules[name], capture.call(name), parts.runners[name], parts, name, harness, case, m, label)
+        for label, name, module, call in component_calls(parts.model, parts.runners, input_sets(case, parts.model)):
+            judge(module, call, parts.runners[name], parts, name, harness, case, m, label)
         return m
 
 
@@ -197,16 +188,13 @@ def check_generation_tokens(case: Any, harness: Any, settings: Any) -> Any:
 
 def check_multi_token_decode(case: Any, harness: Any, settings: Any) -> Any:
     """One decode graph serves 1 and 3 query tokens after the prompt, as eager does."""
-    from .reference import decode_block
+    from .reference import decode_block_calls
 
     with _measured(case, harness, "multi_token_decode") as m:
         harness.implementation.require("multi_token_decode", harness.backend)
         parts = export_components(case, harness, m, multi_token_decode=True)
-        for kind, inputs in input_sets(case, parts.model).items():
-            for tokens in QUERY_TOKENS:
-                call = decode_block(parts.model, inputs, tokens)
-                label = f"decode of {tokens} query token(s) after the {kind} prompt"
-                judge(parts.model, call, parts.runners["decode"], parts, "decode", harness, case, m, label)
+        for label, call in decode_block_calls(parts.model, input_sets(case, parts.model), QUERY_TOKENS):
+            judge(parts.model, call, parts.runners["decode"], parts, "decode", harness, case, m, label)
         return m
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -334,3 +334,31 @@ def expected_components(model: Any, capture: Capture) -> set[str]:
     if multimodal:
         return {"decode", *called}
     return {"decode", "prefill", *(called & {"encoder"})}
+
+
+def component_calls(
+    model: Any, components: Collection[str], inputs_by_kind: Mapping[str, Mapping[str, Any]]
+) -> Iterator[tuple[str, str, Any, dict[str, Any]]]:
+    """``(label, component, eager submodule, call)`` for every exported component on each call generate() makes
+    at every input set: what the suite's ``generation`` family and a model repo's ``generation`` check judge. It
+    first asserts the split is the one the API promises (``expected_components``)."""
+    modules = component_modules(model)
+    for kind, inputs in inputs_by_kind.items():
+        capture = capture_generation(model, inputs, 2)
+        expected = expected_components(model, capture)
+        assert set(components) == expected, (
+            f"export_for_generation returned {sorted(components)}; for {type(model).__name__} the split is "
+            f"{sorted(expected)}"
+        )
+        for name in sorted(components):
+            yield f"component {name!r} on the {kind} prompt", name, modules[name], capture.call(name)
+
+
+def decode_block_calls(
+    model: Any, inputs_by_kind: Mapping[str, Mapping[str, Any]], token_counts: Sequence[int]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(label, call)``: the decode of each block size after each input set's prompt (``decode_block``), what the
+    ``multi_token_decode`` family judges the one decode graph on."""
+    for kind, inputs in inputs_by_kind.items():
+        for tokens in token_counts:
+            yield f"decode of {tokens} query token(s) after the {kind} prompt", decode_block(model, inputs, tokens)
