@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ..errors import HfExportError
+
 logger = logging.getLogger(__name__)
 
 
@@ -200,8 +202,6 @@ def check_updated_inputs_keep_their_storage(manager: Any) -> None:
     storage; a tensor written there later returns its bytes as the cache, silently. ``_read_through_the_input``
     prevents it for hfexport's in-place updates; this catches any other path to it (another pass, another EXIR
     release)."""
-    from hfexport.errors import HfExportError
-
     for method in manager.methods:
         program = manager.exported_program(method)
         nodes = list(program.graph.nodes)
