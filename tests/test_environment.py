@@ -136,3 +136,39 @@ def test_pins_file_format_is_checked(tmp_path):
     bad.write_text("torch>=2\n")
     with pytest.raises(ValueError, match="name==version"):
         environment.read_pins(bad)
+
+
+def _third_party_imports(package: Path) -> set[str]:
+    import ast
+    import sys
+
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return {name for name in found if name not in sys.stdlib_module_names}
+
+
+def test_what_the_plugin_imports_installs_with_hfexport():
+    """A model repo's only set-up is installing hfexport: every package the plugin imports is a core requirement,
+    one of theirs (numpy, packaging, filelock come with transformers), pytest (the repo runs it) or a backend's
+    extra, imported only when that backend is selected."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    core = {Requirement(line).name for line in environment.requirement_lines("core")}
+    below = {Requirement(r).name for name in core for r in requires(name) or () if "extra ==" not in r}
+    backends = {"onnx", "onnxruntime", "onnxscript", "executorch"}
+    ours = {"hfexport", "pytest_hfexport", "conformance"}
+    imported = _third_party_imports(Path(environment.__file__).parents[1] / "pytest_hfexport")
+    loose = {
+        name
+        for name in imported - ours - backends - {"pytest", "xdist"}
+        if environment.DISTRIBUTION_NAMES.get(name, name) not in core | below
+    }
+    assert not loose, f"the plugin imports {sorted(loose)}, which installing hfexport does not install"
+    assert "hypothesis" in core  # the `shapes` check draws its sizes with it
