@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (register their patches)
     multimodal,
     position_lists,
     program_load,
+    repeat_kv,
     sliding_window,
     ssm,
     vision,

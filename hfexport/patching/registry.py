@@ -13,6 +13,7 @@ An entry that answers one upstream release's behaviour carries ``when``, the rel
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import importlib
 import logging
 import sys
@@ -108,6 +109,15 @@ def register_fx_program_fix(backend: str, reason: str | None = None, when: str |
 LOADED_ONLY = ("transformers.models.",)
 
 
+def expand_path(path: str) -> list[str]:
+    """A path with ``*`` in its module part (``transformers.models.*.repeat_kv``: a function every modeling file
+    defines for itself) names that attribute in every loaded module the pattern matches; any other path is itself."""
+    if "*" not in path:
+        return [path]
+    module_pattern, attribute = path.rsplit(".", 1)
+    return sorted(f"{name}.{attribute}" for name in list(sys.modules) if fnmatch.fnmatchcase(name, module_pattern))
+
+
 def resolve_owner(path: str) -> tuple[Any, str] | None:
     """'pkg.mod.Class.attr' -> (Class, 'attr'); None when the module or object does not exist here, or when it
     is modeling code (``LOADED_ONLY``) that is not imported yet."""
@@ -163,19 +173,21 @@ def apply_patches(*backends: str) -> Iterator[list[Patch]]:
             for patch in PATCHES.get(backend, []):
                 if not patch.applies:
                     continue
-                resolved = resolve_owner(patch.path)
-                if resolved is None:
-                    logger.debug("patch target %s not present in this environment; skipped", patch.path)
-                    continue
-                owner, name = resolved
-                original = getattr(owner, name)
-                if isinstance(owner, type) and isinstance(owner.__dict__.get(name), (staticmethod, classmethod)):
-                    wrapper = type(owner.__dict__[name])
-                    replacement = wrapper(patch.factory(owner.__dict__[name].__func__))
-                else:
-                    replacement = patch.factory(original)
-                stack.enter_context(patch_attribute(owner, name, replacement))
-                installed.append(patch)
+                for path in expand_path(patch.path):
+                    resolved = resolve_owner(path)
+                    if resolved is None:
+                        logger.debug("patch target %s not present in this environment; skipped", path)
+                        continue
+                    owner, name = resolved
+                    original = getattr(owner, name)
+                    if isinstance(owner, type) and isinstance(owner.__dict__.get(name), (staticmethod, classmethod)):
+                        wrapper = type(owner.__dict__[name])
+                        replacement = wrapper(patch.factory(owner.__dict__[name].__func__))
+                    else:
+                        replacement = patch.factory(original)
+                    stack.enter_context(patch_attribute(owner, name, replacement))
+                    if not installed or installed[-1] is not patch:
+                        installed.append(patch)
         yield installed
 
 
