@@ -187,12 +187,14 @@ def one_static_mask(call: dict[str, Any]) -> dict[str, Any]:
     the model has no full-attention layer); sliding layers derive their window from it inside the graph
     (``patching.sliding_window``). Other calls are returned as they are."""
     mask = call.get("attention_mask")
-    if static_cache_of(call) is None or not isinstance(mask, Mapping):
+    if static_cache_of(call) is None:
         return call
+    if not isinstance(mask, Mapping):
+        return {**call, "attention_mask": as_bool_mask(mask)} if isinstance(mask, torch.Tensor) else call
     tensors = [m for m in mask.values() if isinstance(m, torch.Tensor)]
     full = mask.get("full_attention")
     chosen = full if isinstance(full, torch.Tensor) else (tensors[0] if tensors else None)
-    return call if chosen is None else {**call, "attention_mask": chosen}
+    return call if chosen is None else {**call, "attention_mask": as_bool_mask(chosen)}
 
 
 def static_decode_call(call: dict[str, Any], user_mask: torch.Tensor | None) -> dict[str, Any]:
@@ -216,14 +218,15 @@ def static_decode_call(call: dict[str, Any], user_mask: torch.Tensor | None) -> 
     if isinstance(user_mask, torch.Tensor) and user_mask.dim() == 2 and user_mask.shape[0] == batch:
         valid[:, : user_mask.shape[1]] = user_mask.to(torch.bool)
     out = dict(call)
-    out["attention_mask"] = cache_slot_mask(
-        torch.arange(past, past + query, device=ids.device), cache_len, valid, _mask_dtype(call.get("attention_mask"))
-    )
+    # bool whatever the attention implementation: the documented contract; eager attention's additive form is made
+    # inside the graph (patching.sliding_window.additive_where_eager)
+    out["attention_mask"] = cache_slot_mask(torch.arange(past, past + query, device=ids.device), cache_len, valid)
     return out
 
 
-def _mask_dtype(mask: Any) -> torch.dtype:
-    """The dtype generate() gave the 4D masks (bool for SDPA, float for eager attention)."""
-    if isinstance(mask, Mapping):
-        mask = next((m for m in mask.values() if isinstance(m, torch.Tensor)), None)
-    return mask.dtype if isinstance(mask, torch.Tensor) and mask.dim() == 4 else torch.bool
+def as_bool_mask(mask: Any) -> Any:
+    """A 4D additive float mask (eager attention's: 0 where visible, the dtype's minimum where hidden) as the bool
+    mask every static graph takes; anything else as it is."""
+    if isinstance(mask, torch.Tensor) and mask.dim() == 4 and mask.is_floating_point():
+        return mask == 0
+    return mask

@@ -101,6 +101,16 @@ def _dynamic_sliding_sizes(
     return False, mask, None, query, stored + query, past, past - stored
 
 
+def additive_where_eager(mask: torch.Tensor, config: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A ready bool 4D mask in the form the attention adds to its scores where it runs eager (0 visible, the
+    dtype's minimum hidden), as transformers' own mask builder gives eager attention. Every static graph takes
+    the documented bool mask; given as is, eager attention added 0 or 1 to the scores (gemma2's soft-capped
+    attention runs eager: its static decode graph was 0.35 off eager, silently, on the guide's bool mask)."""
+    if mask.dtype != torch.bool or getattr(config, "_attn_implementation", None) != "eager":
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
 def _builds_masks(config: Any) -> bool:
     """Whether transformers builds masks for this attention implementation (else it passes none at all)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
@@ -141,14 +151,11 @@ def _window_in_ready_masks(original: Any) -> Any:
             return _dynamic_sliding_sizes(bound["config"], bound["inputs_embeds"], mask, cache, layer)
         result = original(*args, **kwargs)
         early_exit, ready = result[0], result[1]
-        if (
-            early_exit
-            and isinstance(ready, torch.Tensor)
-            and ready.dim() == 4
-            and isinstance(layer, FullLengthSlidingWindowLayer)
-        ):
-            return (early_exit, window_ready_mask(ready, layer.sliding_window), *result[2:])
-        return result
+        if not (early_exit and isinstance(ready, torch.Tensor) and ready.dim() == 4):
+            return result
+        if isinstance(layer, FullLengthSlidingWindowLayer):
+            ready = window_ready_mask(ready, layer.sliding_window)
+        return (early_exit, additive_where_eager(ready, bound["config"], bound["inputs_embeds"].dtype), *result[2:])
 
     return _preprocess_mask_arguments
 
