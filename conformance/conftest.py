@@ -194,11 +194,12 @@ def static_options() -> dict[str, Any]:
 # The default tier's coverage, in one table: (check, backend) -> entries kept in the default tier; an absent
 # key keeps every entry, the rest carry ``hfexport_slow`` (run them with -m "" or -m hfexport_slow).
 # Every backend runs every entry's plain export, shapes and generation components and tokens (one export per
-# entry and kind serves all its checks). The static cache keeps the six decoders of STATIC_CACHE_ENTRIES on every
+# entry and kind serves all its checks). The static cache keeps the seven decoders of STATIC_CACHE_ENTRIES on every
 # backend; multi-token decode keeps five entries on Dynamo and ONNX, none on ExecuTorch, where it runs in the slow
 # tier; ExecuTorch's hygiene checks (uncached exports) keep a decoder and a multimodal model
 # (docs/performance.md, "The default tier on ExecuTorch").
-STATIC_CACHE_ENTRIES = {"llama", "qwen2", "gemma3", "mistral_sliding", "qwen3_moe", "gpt2"}
+# sweep_gemma2: eager attention (additive masks) with sliding layers, drawn from the coverage sweep.
+STATIC_CACHE_ENTRIES = {"llama", "qwen2", "gemma3", "mistral_sliding", "qwen3_moe", "gpt2", "sweep_gemma2"}
 # Backends by the cost of their exports, slowest first: the order their test groups are handed to workers.
 SLOWEST_FIRST = ("executorch", "onnx", "dynamo")
 

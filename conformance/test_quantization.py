@@ -115,6 +115,18 @@ SQNR_FLOOR: dict[tuple[str, str], float] = {
     ("int8", "whisper_uneven"): 22,
     ("int4", "whisper_uneven"): 2,
     ("8da4w", "whisper_uneven"): 12,
+    ("int8", "sweep_gemma2"): 32,
+    ("int8", "sweep_cohere"): 34,
+    ("int8", "sweep_gpt_neox"): 36,
+    ("int8", "sweep_olmo2"): 35,
+    ("int4", "sweep_gemma2"): 8,
+    ("int4", "sweep_cohere"): 6,
+    ("int4", "sweep_gpt_neox"): 15,
+    ("int4", "sweep_olmo2"): 10,
+    ("8da4w", "sweep_gemma2"): 6,
+    ("8da4w", "sweep_cohere"): 9,
+    ("8da4w", "sweep_gpt_neox"): 11,
+    ("8da4w", "sweep_olmo2"): 8,
 }
 
 

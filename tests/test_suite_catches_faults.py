@@ -39,6 +39,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "fixed_query_decode": ("dynamo", "test_one_decode_graph and llama", {"multi_token_decode"}),
     "maskless_static_decode": ("dynamo", "test_guide_loop_matches and llama", {"static_cache"}),
     "maskless_static_prefill": ("dynamo", "test_static_prefill and qwen3", {"static_prefill"}),
+    "eager_mask_as_is": ("dynamo", "test_guide_loop_matches and sweep_gemma2", {"static_cache"}),
     "shifted_cache_slots": ("onnx", "test_guide_loop_matches and llama", {"static_cache"}),
     "copying_loop": ("onnx", "test_implementation_loop and llama", {"static_cache_in_place"}),
     "hook_left_behind": ("dynamo", HYGIENE, {"hygiene"}),
