@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the names _load_api puts in this namespace, for type checkers (explicit re-exports)
     from .auto import AutoExportConfig as AutoExportConfig
     from .auto import AutoHfExporter as AutoHfExporter
+    from .backends import Backend as Backend
+    from .backends import register_backend as register_backend
     from .base import HfExporter as HfExporter
     from .configs import DynamoConfig as DynamoConfig
     from .configs import ExecutorchConfig as ExecutorchConfig
@@ -40,6 +42,7 @@ _API: dict[str, tuple[str, ...]] = {
     "executorch": ("ExecutorchExporter",),
     "auto": ("AutoExportConfig", "AutoHfExporter"),
     "registry": ("AUTO_EXPORTER_MAPPING", "AUTO_CONFIG_MAPPING", "register_exporter", "register_export_config"),
+    "backends": ("Backend", "register_backend"),
     "patching": ("register_patch", "register_fx_node_fix", "register_fx_program_fix"),
     "errors": ("HfExportError",),
 }

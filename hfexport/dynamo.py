@@ -201,7 +201,9 @@ class DynamoExporter(HfExporter):
             stack.enter_context(stateful_attributes_cleared(model))  # stage 5
             stack.enter_context(self.tracing_mode(config))
             carries_cache = any(caches.is_cache(v) for v in sample_inputs.values())
-            cache_on = trace_cache.cache_pays_off(model, self.export_format.value, carries_cache)
+            cache_on = trace_cache.cache_pays_off(
+                model, str(getattr(self.export_format, "value", self.export_format)), carries_cache
+            )
             stack.enter_context(trace_cache.fake_tensor_cache(cache_on))
             stack.enter_context(torch.no_grad())
             stack.enter_context(_quiet_restored_attributes())

@@ -10,7 +10,8 @@ A third party adds a backend with two decorators::
     @register_exporter("tflite")
     class TfliteExporter(DynamoExporter): ...
 
-This module imports nothing from hfexport, so ``configs``, ``base`` and ``auto`` all import from it
+This module imports nothing from hfexport at import time (a backend's descriptor, ``hfexport.backends``, is read
+when a name has no registration here), so ``configs``, ``base`` and ``auto`` all import from it
 and never from each other in a cycle. The class a registration must subclass is named by the module
 that defines it: ``hfexport.base`` marks ``HfExporter`` with ``@exporter_base`` and
 ``hfexport.configs`` marks ``ExportConfigMixin`` with ``@config_base``.
@@ -90,17 +91,29 @@ def _unknown(kind: str, name: Any, known: Mapping[str, Any]) -> ValueError:
     return ValueError(f"unknown export_format {_key(name)!r} for {kind}; known formats: {sorted(known)}")
 
 
+def _described(kind: str, name: Any) -> Any:
+    """The class a backend descriptor (``hfexport.backends``) names for ``kind``, or None."""
+    from .backends import BACKENDS
+
+    described = BACKENDS.get(_key(name))
+    if described is None:
+        return None
+    return described.exporter_class() if kind == "exporter" else described.config_class()
+
+
 def config_class_for(name: Any) -> Any:
-    """The config class registered for the format ``name``; ValueError listing the known formats otherwise."""
-    try:
-        return AUTO_CONFIG_MAPPING[_key(name)]
-    except KeyError:
-        raise _unknown("AutoExportConfig", name, AUTO_CONFIG_MAPPING) from None
+    """The config class registered for the format ``name`` (with ``register_export_config`` or in its backend's
+    descriptor); ValueError listing the known formats otherwise."""
+    found = AUTO_CONFIG_MAPPING.get(_key(name)) or _described("config", name)
+    if found is None:
+        raise _unknown("AutoExportConfig", name, AUTO_CONFIG_MAPPING)
+    return found
 
 
 def exporter_class_for(name: Any) -> type:
-    """The exporter class registered for the format ``name``; ValueError listing the known formats otherwise."""
-    try:
-        return AUTO_EXPORTER_MAPPING[_key(name)]
-    except KeyError:
-        raise _unknown("AutoHfExporter", name, AUTO_EXPORTER_MAPPING) from None
+    """The exporter class registered for the format ``name`` (with ``register_exporter`` or in its backend's
+    descriptor); ValueError listing the known formats otherwise."""
+    found = AUTO_EXPORTER_MAPPING.get(_key(name)) or _described("exporter", name)
+    if found is None:
+        raise _unknown("AutoHfExporter", name, AUTO_EXPORTER_MAPPING)
+    return found

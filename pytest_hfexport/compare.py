@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .backends import DECLARED_TOLERANCES
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -45,10 +47,11 @@ def default_tolerance(backend: str, dtype: Any) -> Tolerance:
     name = str(dtype).replace("torch.", "")
     if name == "bool" or name.startswith(("int", "uint")):
         return Tolerance(0.0)
-    base = FP32_ATOL.get(backend, max(FP32_ATOL.values()))
+    declared = DECLARED_TOLERANCES.get(backend)
+    base = FP32_ATOL.get(backend, declared[0] if declared else max(FP32_ATOL.values()))
     if name in ("float16", "bfloat16", "half"):
         return Tolerance(max(base, DTYPE_ATOL.get(name, 1e-2)))
-    return Tolerance(base, FP32_RTOL.get(backend, max(FP32_RTOL.values())))
+    return Tolerance(base, FP32_RTOL.get(backend, declared[1] if declared else max(FP32_RTOL.values())))
 
 
 ToleranceSpec = None | float | Tolerance | Mapping[str, float | Tolerance]

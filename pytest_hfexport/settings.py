@@ -137,16 +137,16 @@ def read_settings(config: pytest.Config) -> Settings:
     """Validate every option; a bad one is a usage error that says what to pass instead."""
     from . import adapters, versions, xfails
 
-    try:
-        backends = _backends.select(option(config, "backend"))
-    except _backends.BackendSelectionError as exc:
-        raise pytest.UsageError(str(exc)) from None
     impl = option(config, "impl") or "hfexport"
     if not adapters.exists(impl):
         raise pytest.UsageError(
             f"--hfexport-impl={impl}: no such module; use hfexport, transformers or a dotted "
             "module path that exposes AutoExportConfig and AutoHfExporter"
         )
+    try:
+        backends = _backends.select(option(config, "backend"), impl)
+    except _backends.BackendSelectionError as exc:
+        raise pytest.UsageError(str(exc)) from None
     device = option(config, "device") or "cpu"
     if device not in DEVICES:
         raise pytest.UsageError(f"--hfexport-device={device}: choose one of {', '.join(DEVICES)}")

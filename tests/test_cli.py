@@ -280,7 +280,7 @@ def test_run_other_backends_decode_loop_matches_eager(fmt, extra, shared_dir, ll
         assert [c["artifact"] for c in checks] == [f"prefill{suffix}", f"decode{suffix}"]
         assert all(c["status"] == "pass" and c["tolerance"] == FP32_ATOL[fmt] for c in checks), checks
 
-    suffix = cli.SUFFIX_BY_FORMAT[fmt]
+    suffix = cli.suffix_of(fmt)
     out = shared(shared_dir, f"out_{fmt}_decode", build)
     assert (out / f"decode{suffix}").is_file()
     proc = hfx("run", out, "--prompt-ids", PROMPT, "--max-new-tokens", 8, "--compare-eager", llama_dir, "--json")

@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .arguments import FORMAT_BY_SUFFIX, FORMATS, SUFFIX_BY_FORMAT, build_parser
+from .arguments import build_parser, format_of_suffix, formats, suffix_of
 from .env import cmd_env, format_env
 from .errors import EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, CliError
 from .export import cmd_export, format_export
@@ -47,9 +47,9 @@ __all__ = [
     "EXIT_MISMATCH",
     "EXIT_USAGE",
     "EXIT_FAILED",
-    "FORMATS",
-    "FORMAT_BY_SUFFIX",
-    "SUFFIX_BY_FORMAT",
+    "formats",
+    "format_of_suffix",
+    "suffix_of",
     "MANIFEST",
 ]
 

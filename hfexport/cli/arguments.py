@@ -10,9 +10,26 @@ from typing import Any
 
 from .errors import EXIT_USAGE, usage_error
 
-FORMATS = ("dynamo", "onnx", "executorch")
-SUFFIX_BY_FORMAT = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
-FORMAT_BY_SUFFIX = {suffix: fmt for fmt, suffix in SUFFIX_BY_FORMAT.items()}
+
+def formats() -> tuple[str, ...]:
+    """Every registered backend (``hfexport.backends``), read when the command line is built."""
+    from ..backends import BACKENDS
+
+    return tuple(BACKENDS)
+
+
+def suffix_of(fmt: str) -> str:
+    from ..backends import backend
+
+    return backend(fmt).suffix
+
+
+def format_of_suffix(suffix: str) -> str:
+    from ..backends import backend_for_suffix
+
+    return backend_for_suffix(suffix).name
+
+
 EXECUTORCH_BACKENDS = ("xnnpack", "portable", "cuda")
 
 
@@ -101,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", parents=[common], help=COMMANDS["export"][0], description=COMMANDS["export"][1])
     ex.add_argument("path", help="local model folder (what save_pretrained writes: config.json + weights)")
-    ex.add_argument("--format", "-f", required=True, help=f"one of {', '.join(FORMATS)}")
+    ex.add_argument("--format", "-f", required=True, help=f"one of {', '.join(formats())}")
     ex.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the artifacts (created)")
     ex.add_argument(
         "--for-generation",
@@ -156,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--format",
         "-f",
-        choices=FORMATS,
+        choices=formats(),
         help="which artifact to run when DIR holds several (default: the one hfexport.json names)",
     )
     run.add_argument(
@@ -182,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def validate_export_args(args: argparse.Namespace) -> None:
     """Options of ``export`` that argparse accepts one by one but that do not go together: usage errors."""
-    if args.format not in FORMATS:
-        raise usage_error(f"unknown format {args.format!r}; use --format with one of: {', '.join(FORMATS)}")
+    if args.format not in formats():
+        raise usage_error(f"unknown format {args.format!r}; use --format with one of: {', '.join(formats())}")
     if args.multi_token_decode and not args.for_generation:
         raise usage_error("--multi-token-decode shapes the decode component: add --for-generation")
     if args.static_cache and not args.for_generation:

@@ -14,14 +14,12 @@ from .progress import Progress
 def backend_status() -> list[dict[str, Any]]:
     """Per registered backend: are its packages importable, does validate_environment pass, is there a
     decode loop runner."""
-    import importlib
-
-    from .. import AUTO_EXPORTER_MAPPING
+    from ..backends import BACKENDS
     from ..environment import is_importable
-    from ..runtime.decode import DECODE_LOOPS
 
     rows = []
-    for name, cls in sorted(AUTO_EXPORTER_MAPPING.items()):
+    for name, descriptor in sorted(BACKENDS.items()):
+        cls = descriptor.exporter_class()
         missing = [p for p in cls.required_packages if not is_importable(p)]
         row: dict[str, Any] = {"backend": name, "exporter": cls.__name__, "missing_packages": missing}
         try:
@@ -29,16 +27,14 @@ def backend_status() -> list[dict[str, Any]]:
             row["environment"] = "ok"
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             row["environment"] = f"{type(exc).__name__}: {exc}"
-        loop = DECODE_LOOPS.get(name)
-        if loop:
-            module, attr = loop.split(":")
+        if descriptor.decode_loop is None:
+            row["decode_loop"] = "none"
+        else:
             try:
-                getattr(importlib.import_module(module), attr)
+                descriptor.decode_loop_class()
                 row["decode_loop"] = "ok"
             except Exception as exc:  # noqa: BLE001
                 row["decode_loop"] = f"unavailable: {type(exc).__name__}: {exc}"
-        else:
-            row["decode_loop"] = "none"
         row["usable"] = not missing and row["environment"] == "ok"
         rows.append(row)
     return rows

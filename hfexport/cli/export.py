@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .arguments import SUFFIX_BY_FORMAT, validate_export_args
+from .arguments import suffix_of, validate_export_args
 from .checkers import checker
 from .errors import EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, CliError, export_failed, usage_error
 from .inputs import describe_inputs, sample_inputs
@@ -124,7 +124,7 @@ def cmd_export(args: argparse.Namespace, progress: Progress) -> tuple[int, dict[
 
             generation_config = GenerationConfig(cache_implementation="static", max_cache_len=args.static_cache)
             manifest["generation_config"] = generation_config.to_diff_dict()
-        suffix = exporter.file_suffix or SUFFIX_BY_FORMAT[args.format]
+        suffix = exporter.file_suffix or suffix_of(args.format)
 
         start = time.perf_counter()
         if args.for_generation:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .arguments import FORMAT_BY_SUFFIX, FORMATS, SUFFIX_BY_FORMAT
+from .arguments import format_of_suffix, formats, suffix_of
 from .errors import EXIT_MISMATCH, EXIT_OK, export_failed, usage_error
 from .loading import check_model_folder, load_model
 from .manifest import MANIFEST, read_manifest
@@ -24,7 +24,7 @@ def find_decode_artifact(folder: Path, fmt: str | None) -> tuple[Path, str, dict
     if fmt is None and manifest.get("components", {}).get("decode"):
         path = folder / manifest["components"]["decode"]["file"]
     else:
-        found = [folder / f"decode{SUFFIX_BY_FORMAT[f]}" for f in ([fmt] if fmt else FORMATS)]
+        found = [folder / f"decode{suffix_of(f)}" for f in ([fmt] if fmt else formats())]
         found = [p for p in found if p.is_file()]
         if len(found) > 1:
             raise usage_error(
@@ -44,7 +44,7 @@ def find_decode_artifact(folder: Path, fmt: str | None) -> tuple[Path, str, dict
             f"{folder}'s decode graph was exported without a static cache, which the decode loop "
             "needs; export again with --for-generation --multi-token-decode --static-cache N"
         )
-    return path, FORMAT_BY_SUFFIX[path.suffix], manifest
+    return path, format_of_suffix(path.suffix), manifest
 
 
 def eager_generate(model: Any, prompt: Any, max_new_tokens: int, max_cache_len: int) -> tuple[list[int], float]:

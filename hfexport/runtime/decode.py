@@ -220,18 +220,9 @@ class DynamoDecodeLoop(DecodeLoop):
         return flat
 
 
-DECODE_LOOPS: dict[str, str] = {
-    "dynamo": "hfexport.runtime.decode:DynamoDecodeLoop",
-    "onnx": "hfexport.runtime.onnxruntime:OrtDecodeLoop",
-    "executorch": "hfexport.runtime.executorch:ExecutorchDecodeLoop",
-}
-
-
 def decode_loop(program_or_path: Any, backend: str, **options: Any) -> DecodeLoop:
-    """The decode loop of ``backend`` over a decode program or its saved file."""
-    import importlib
+    """The decode loop of ``backend`` (its descriptor in ``hfexport.backends``) over a decode program or its saved
+    file."""
+    from ..backends import backend as backend_named
 
-    if backend not in DECODE_LOOPS:
-        raise ValueError(f"unknown backend {backend!r}; known: {sorted(DECODE_LOOPS)}")
-    module, name = DECODE_LOOPS[backend].split(":")
-    return getattr(importlib.import_module(module), name)(program_or_path, **options)
+    return backend_named(backend).decode_loop_class()(program_or_path, **options)

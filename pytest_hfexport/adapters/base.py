@@ -127,6 +127,12 @@ class Adapter:
     def declared_gaps(self) -> dict[str, str]:
         return dict(self.lacks)
 
+    def backends(self) -> dict[str, dict[str, Any]]:
+        """The backends the implementation registers: name -> ``packages`` (import names), ``suffix`` and
+        ``tolerance`` ((atol, rtol) of float32 outputs, as the implementation declares them). Read only for a
+        backend the judge does not know itself (``pytest_hfexport.backends.select``)."""
+        return {}
+
     # -- identity ----------------------------------------------------------------------------------
     def version(self) -> str:
         raise NotImplementedError

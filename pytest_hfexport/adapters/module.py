@@ -33,13 +33,6 @@ def _optional(module_name: str, fallback: str) -> Any:
 class ModuleAdapter(Adapter):
     """hfexport's public API in a module; hfexport.runtime provides the artifact contract where it has none."""
 
-    # hfexport on ExecuTorch: the Python runtime has no Method::set_output_data_ptr, so a cache passed as graph
-    # inputs comes back as new outputs; the zero-copy loop is C++ (examples/cpp/decode.cpp).
-    HFEXPORT_LACKS = {
-        "decode_loop_in_place/executorch": "the ExecuTorch Python runtime returns a mutated input as a new output "
-        "(no set_output_data_ptr); the zero-copy loop is C++ (examples/cpp)",
-    }
-
     def __init__(self, module_name: str = "hfexport") -> None:
         self.name = module_name
         self.module = importlib.import_module(module_name)
@@ -54,7 +47,26 @@ class ModuleAdapter(Adapter):
         )
         self.utils = getattr(self.module, "utils", None) or _optional(f"{module_name}.utils", "hfexport.utils")
         declared = getattr(self.module, "HFEXPORT_LACKS", None)
-        self.lacks = dict(self.HFEXPORT_LACKS if declared is None and module_name == "hfexport" else declared or {})
+        # What a backend lacks, from its descriptor (``lacks`` of hfexport.backends.Backend), for hfexport and any
+        # module that registers backends there; a module's own HFEXPORT_LACKS is added to it.
+        self.lacks = {
+            f"{capability}/{name}": why
+            for name, backend in self._descriptors().items()
+            for capability, why in getattr(backend, "lacks", {}).items()
+        }
+        self.lacks.update(declared or {})
+
+    def _descriptors(self) -> dict[str, Any]:
+        table = getattr(getattr(self.module, "backends", None), "BACKENDS", None)
+        if table is None:
+            table = importlib.import_module("hfexport.backends").BACKENDS if self.name == "hfexport" else {}
+        return dict(table)
+
+    def backends(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {"packages": tuple(b.packages), "suffix": b.suffix, "tolerance": tuple(b.tolerance)}
+            for name, b in self._descriptors().items()
+        }
 
     def version(self) -> str:
         version = getattr(self.module, "__version__", None)
