@@ -5,7 +5,7 @@ cProfile, which doubles every time; this one gives the real seconds). The stages
 
 - ``trace``: torch.export's trace (``torch.export._trace._export``, both the training-IR and the one-trace entry);
 - ``decomposition retraces``: ``ExportedProgram.run_decompositions`` calls that ran. hfexport's lowering skips
-  the ones that would change nothing (``hfexport/patching/executorch_retraces.py``), so only the calls its skip
+  the ones that would change nothing (``hfexport/executorch/speedups/retraces.py``), so only the calls its skip
   let through count here;
 - ``edge dialect``: EXIR's conversion of the decomposed program to its edge dialect (``_generate_edge_program``);
 - ``to_backend``: partitioning and lowering to XNNPACK, of which ``XNNPACK preprocess`` is the per-partition
@@ -85,7 +85,8 @@ def two_pass_export(generation: bool) -> Any:
     every pass-manager check run."""
     from hfexport import ExecutorchExporter
     from hfexport.dynamo import DynamoExporter
-    from hfexport.patching import executorch_checks, executorch_retraces
+    from hfexport.executorch import checks as executorch_checks
+    from hfexport.executorch.speedups import retraces as executorch_retraces
     from hfexport.patching.registry import PATCHES
 
     fn = export_time.hfexport_export("executorch", True, generation=generation)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the names _load_api puts in this namespace, for type checke
     from .registry import AUTO_EXPORTER_MAPPING as AUTO_EXPORTER_MAPPING
     from .registry import register_export_config as register_export_config
     from .registry import register_exporter as register_exporter
+    from .speedups import speedups_off as speedups_off
 
 __version__ = "0.1.0"
 
@@ -43,6 +44,7 @@ _API: dict[str, tuple[str, ...]] = {
     "auto": ("AutoExportConfig", "AutoHfExporter"),
     "registry": ("AUTO_EXPORTER_MAPPING", "AUTO_CONFIG_MAPPING", "register_exporter", "register_export_config"),
     "backends": ("Backend", "register_backend"),
+    "speedups": ("speedups_off",),
     "patching": ("register_patch", "register_fx_node_fix", "register_fx_program_fix"),
     "errors": ("HfExportError",),
 }

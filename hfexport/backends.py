@@ -138,10 +138,10 @@ register_backend(
         exporter="hfexport.executorch:ExecutorchExporter",
         config="hfexport.configs:ExecutorchConfig",
         suffix=".pte",
-        runner="hfexport.runtime.executorch:ExecutorchRunner",
+        runner="hfexport.executorch.runtime:ExecutorchRunner",
         packages=("torch", "executorch"),
         extra="executorch",
-        decode_loop="hfexport.runtime.executorch:ExecutorchDecodeLoop",
+        decode_loop="hfexport.executorch.runtime:ExecutorchDecodeLoop",
         tolerance=(1.2e-5, 1.8e-4),
         lacks={
             "decode_loop_in_place": "the ExecuTorch Python runtime returns a mutated input as a new output "

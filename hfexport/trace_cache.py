@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import torch
 
+from . import speedups
+
 logger = logging.getLogger(__name__)
 
 # (export format, whether the sample carries a KV cache) -> the number of repeated blocks (the longest ModuleList
@@ -54,6 +56,9 @@ def cache_pays_off(model: torch.nn.Module, export_format: str, carries_cache: bo
 @contextlib.contextmanager
 def fake_tensor_cache(enabled: bool) -> Iterator[None]:
     """Turn torch's fake-tensor cache on or off for the block; the setting before it comes back after."""
+    if not speedups.enabled():  # torch's own setting stands
+        yield
+        return
     logger.debug("tracing with the fake-tensor cache %s", "on" if enabled else "off")
     with torch._dynamo.config.patch(fake_tensor_cache_enabled=enabled):
         yield

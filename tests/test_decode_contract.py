@@ -210,7 +210,7 @@ class ExecutorchGuide:
     in_place = False
 
     def __init__(self, path: Path) -> None:
-        from hfexport.runtime.executorch import ExecutorchRunner
+        from hfexport.executorch.runtime import ExecutorchRunner
 
         self.runner = ExecutorchRunner(path)
         self.names = self.runner.positional_names
@@ -475,7 +475,7 @@ class ExecutorchDynamic:
     """hfexport's ExecuTorch runner (flat names from the side file); the updated cache comes back as outputs."""
 
     def __init__(self, path: Path) -> None:
-        from hfexport.runtime.executorch import ExecutorchRunner
+        from hfexport.executorch.runtime import ExecutorchRunner
 
         self.runner = ExecutorchRunner(path)
         self.names = {n.split(".")[0] for n in self.runner.positional_names}

@@ -12,7 +12,8 @@ import torch
 
 from helpers import static_decode_export
 
-from hfexport.patching import attention, executorch_passes
+from hfexport.executorch import passes as executorch_passes
+from hfexport.patching import attention
 
 # --- grouped-query attention -------------------------------------------------------------------------
 

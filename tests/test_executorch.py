@@ -31,7 +31,7 @@ from hfexport.model_state import diff_model_state, snapshot_model  # noqa: E402
 from hfexport.outputs import flatten_named  # noqa: E402
 from hfexport import dim_bounds  # noqa: E402
 from hfexport import runtime  # noqa: E402
-from hfexport.runtime.executorch import ExecutorchDecodeLoop, ExecutorchRunner  # noqa: E402
+from hfexport.executorch.runtime import ExecutorchDecodeLoop, ExecutorchRunner  # noqa: E402
 from pytest_hfexport.compare import compare  # noqa: E402
 
 ATOL = 1e-3
@@ -505,7 +505,7 @@ def test_a_plan_that_puts_tensors_on_an_updated_input_is_refused(monkeypatch):
     import transformers
 
     from hfexport.generation import decompose_for_generation
-    from hfexport.patching import executorch_passes
+    from hfexport.executorch import passes as executorch_passes
 
     monkeypatch.setattr(executorch_passes, "_read_through_the_input", lambda node: None)
     entry = get("llama")
@@ -563,7 +563,7 @@ def test_an_unsqueeze_with_two_dynamic_dims_lowers_and_matches():
 
 def test_without_the_partitioner_check_xnnpack_refuses_the_unsqueeze(monkeypatch):
     from hfexport.patching import PATCHES
-    from hfexport.patching.executorch_fixes import LOWERING
+    from hfexport.executorch.fixes import LOWERING
 
     monkeypatch.setitem(PATCHES, LOWERING, [p for p in PATCHES[LOWERING] if "UnsqueezeCopyConfig" not in p.path])
     with pytest.raises(HfExportError, match="only supports 1 dynamic dimension"):
@@ -595,7 +595,7 @@ def test_without_the_edge_config_entry_the_size_functions_fail_lowering(monkeypa
     """The fault twin: EXIR's default edge config refuses torch.sym_min as an edge op."""
     from executorch.exir import EdgeCompileConfig
 
-    from hfexport.patching import executorch_fixes
+    from hfexport.executorch import fixes as executorch_fixes
 
     model, sample, config = _bert_with_explicit_ranges()
     monkeypatch.setattr(executorch_fixes, "edge_compile_config", lambda program: EdgeCompileConfig())
@@ -705,7 +705,7 @@ def test_xnnpack_s_layout_question_is_answered_without_pinning_the_batch():
         ChannelsLastTaggedReshapePass,
     )
 
-    from hfexport.patching import executorch_fixes
+    from hfexport.executorch import fixes as executorch_fixes
 
     original = ChannelsLastTaggedReshapePass._is_nhwc_tensor
     assert _layout_question(executorch_fixes._layout_read_without_guards(original)) == (False, 0)
@@ -737,7 +737,7 @@ class _TanhGelu(torch.nn.Module):
 
 def test_tanh_gelu_matches_eager(tmp_path):
     """XNNPACK's own tanh-GELU kernel is 4.7e-4 off torch's on these inputs; the export writes the formula out
-    (patching.executorch_fixes: a fix of the traced program, since transformers binds F.gelu at construction), which is float32 rounding off. 2e-6: twice the 4.8e-7 measured, on values to 9."""
+    (executorch.fixes: a fix of the traced program, since transformers binds F.gelu at construction), which is float32 rounding off. 2e-6: twice the 4.8e-7 measured, on values to 9."""
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(0)) * 3
     program = ExecutorchExporter().export(_TanhGelu(), {"x": x}, ExecutorchConfig())
     ExecutorchExporter.save(program, str(tmp_path / "gelu.pte"))

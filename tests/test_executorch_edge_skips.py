@@ -1,5 +1,5 @@
-"""The edge-pass retrace skip (``hfexport/patching/edge_pass_triggers.py``) and the remembered pass-manager check
-(``hfexport/patching/executorch_checks.py``).
+"""The edge-pass retrace skip (``hfexport/executorch/speedups/edge_pass_triggers.py``) and the remembered pass-manager check
+(``hfexport/executorch/checks.py``).
 
 A trigger may only say "nothing to rewrite" where its pass, run for real, gives back the graph it was given. The
 check runs each of EXIR's ATen-to-edge passes in ``to_edge``'s order over small programs built to need every pass
@@ -21,8 +21,9 @@ import torch
 pytest.importorskip("executorch")
 
 from hfexport import ExecutorchConfig, ExecutorchExporter  # noqa: E402
-from hfexport.patching import edge_pass_triggers, executorch_checks  # noqa: E402
-from hfexport.patching.executorch_fixes import LOWERING  # noqa: E402
+from hfexport.executorch import checks as executorch_checks
+from hfexport.executorch.speedups import edge_pass_triggers  # noqa: E402
+from hfexport.executorch.fixes import LOWERING  # noqa: E402
 from hfexport.patching.registry import PATCHES  # noqa: E402
 
 from helpers import zoo_model  # noqa: E402
@@ -160,7 +161,7 @@ def test_a_trigger_that_never_fires_is_caught():
 
 def test_the_skip_is_taken_on_llama(caplog):
     entry, model = zoo_model("llama")
-    with caplog.at_level("DEBUG", logger="hfexport.patching.executorch_retraces"):
+    with caplog.at_level("DEBUG", logger="hfexport.executorch.speedups.retraces"):
         ExecutorchExporter().export(model, entry.sample_inputs(model), ExecutorchConfig(dynamic=True))
     skipped = {r.getMessage().split()[0] for r in caplog.records if "nothing in the graph it rewrites" in r.getMessage()}
     expected = {"NormalizeTransposePass", "ReplaceBrokenOpsWithFunctionalOpsPass", "SymToTensorPass",

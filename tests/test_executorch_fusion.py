@@ -1,4 +1,4 @@
-"""One regeneration of the program's code per partitioning (``hfexport/patching/executorch_fusion.py``).
+"""One regeneration of the program's code per partitioning (``hfexport/executorch/speedups/fusion.py``).
 
 With the patch, ``to_backend`` regenerates the partitioned module's code once instead of after every partition
 cut; the emitted program must be byte for byte the one EXIR's way gives (the patch taken out), and the module's
@@ -16,8 +16,8 @@ import torch
 pytest.importorskip("executorch")
 
 from hfexport import ExecutorchConfig, ExecutorchExporter  # noqa: E402
-from hfexport.patching import executorch_fusion  # noqa: E402
-from hfexport.patching.executorch_fixes import LOWERING  # noqa: E402
+from hfexport.executorch.speedups import fusion as executorch_fusion  # noqa: E402
+from hfexport.executorch.fixes import LOWERING  # noqa: E402
 from hfexport.patching.registry import PATCHES, Patch  # noqa: E402
 
 from helpers import zoo_model  # noqa: E402

@@ -1,5 +1,5 @@
 """The ExecuTorch exporter's one trace and the lowering retraces it lets hfexport skip
-(``hfexport/patching/executorch_retraces.py``) give the program EXIR gives without them.
+(``hfexport/executorch/speedups/retraces.py``) give the program EXIR gives without them.
 
 The reference is EXIR's own way: torch.export's training-IR trace, lowered by ``to_edge_transform_and_lower``
 with the skipping patches taken out of the lowering set, so every decomposition and metadata retrace runs. Both
@@ -22,7 +22,8 @@ pytest.importorskip("executorch")
 
 from hfexport import ExecutorchConfig, ExecutorchExporter, HfExportError  # noqa: E402
 from hfexport.dynamo import DynamoExporter  # noqa: E402
-from hfexport.patching import edge_pass_triggers, executorch_retraces  # noqa: E402
+from hfexport.executorch.speedups import edge_pass_triggers
+from hfexport.executorch.speedups import retraces as executorch_retraces  # noqa: E402
 from hfexport.patching.registry import PATCHES, Patch  # noqa: E402
 
 from helpers import eager, zoo_model  # noqa: E402

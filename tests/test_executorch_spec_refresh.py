@@ -22,7 +22,7 @@ import torch
 pytest.importorskip("executorch")
 
 from hfexport import ExecutorchConfig, ExecutorchExporter, HfExportError  # noqa: E402
-from hfexport.patching import edge_pass_triggers  # noqa: E402
+from hfexport.executorch.speedups import edge_pass_triggers  # noqa: E402
 
 from helpers import zoo_model  # noqa: E402
 
@@ -86,7 +86,7 @@ def lower(name, caplog, trigger="keep", monkeypatch=None):
         monkeypatch.setattr(edge_pass_triggers, "TRIGGERS", triggers)
     model, inputs, exporter, dynamic = sample(name)
     caplog.clear()
-    with caplog.at_level("DEBUG", logger="hfexport.patching.executorch_retraces"):
+    with caplog.at_level("DEBUG", logger="hfexport.executorch.speedups.retraces"):
         manager = exporter.export(model, inputs, ExecutorchConfig(dynamic=dynamic))
     skipped = any(SKIPPED in r.getMessage() for r in caplog.records)
     return emitted(manager.executorch_program), skipped

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys, torch
     from hfexport import ExecutorchConfig, ExecutorchExporter
-    from hfexport.runtime import executorch as et
+    from hfexport.executorch import runtime as et
 
     if "--no-filter" in sys.argv:
         import contextlib

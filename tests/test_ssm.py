@@ -177,7 +177,7 @@ def test_executorch_decode_graph_has_no_sym_ite(kind):
     from executorch.exir import EdgeCompileConfig, to_edge
 
     from hfexport import ExecutorchConfig, ExecutorchExporter
-    from hfexport.patching import executorch_fixes
+    from hfexport.executorch import fixes as executorch_fixes
 
     exporter, config = ExecutorchExporter(), ExecutorchConfig(dynamic=True)
     program = exporter.trace(model, sample, config)

@@ -172,13 +172,14 @@ class _MemoisedSympy(types.ModuleType):
     PROGRAM_LOAD,
     "torch._export.serde.serialize._dict_to_dataclass",
     "torch.export.pt2_archive._package._dict_to_dataclass",
+    speedup=True,
 )
 def _plan_schema_conversion(original: Any) -> Any:
     """torch's deserialiser re-derives each schema type's fields and type hints for every JSON object it converts."""
     return SchemaConverter(original)
 
 
-@register_patch(PROGRAM_LOAD, "torch._export.serde.serialize.sympy")
+@register_patch(PROGRAM_LOAD, "torch._export.serde.serialize.sympy", speedup=True)
 def _memoise_size_expressions(original: Any) -> Any:
     """torch's deserialiser parses the same size expression with sympy again for every tensor of that size."""
     return _MemoisedSympy(original)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import environment
+from .. import environment, speedups
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +35,11 @@ class Patch:
     factory: Callable[[Any], Any]  # factory(original) -> replacement
     reason: str
     when: str | None = None
+    speedup: bool = False  # only faster, same result: off under hfexport.speedups' switch
 
     @property
     def applies(self) -> bool:
-        return environment.holds(self.when)
+        return environment.holds(self.when) and (not self.speedup or speedups.enabled())
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,11 @@ class Fix:
     fn: Callable
     reason: str
     when: str | None = None
+    speedup: bool = False
 
     @property
     def applies(self) -> bool:
-        return environment.holds(self.when)
+        return environment.holds(self.when) and (not self.speedup or speedups.enabled())
 
 
 PATCHES: dict[str, list[Patch]] = {}
@@ -69,15 +71,18 @@ def _reason_of(fn: Callable, reason: str | None) -> str:
     return text
 
 
-def register_patch(backend: str, *paths: str, reason: str | None = None, when: str | None = None) -> Callable:
-    """Register ``factory(original) -> replacement`` for each dotted path, installed only during exports."""
+def register_patch(
+    backend: str, *paths: str, reason: str | None = None, when: str | None = None, speedup: bool = False
+) -> Callable:
+    """Register ``factory(original) -> replacement`` for each dotted path, installed only during exports.
+    ``speedup``: the patch only makes the work faster (``hfexport.speedups`` turns it off)."""
     if not paths:
         raise ValueError("register_patch needs at least one dotted path, e.g. 'torch.nn.functional.pad'")
 
     def decorator(factory: Callable) -> Callable:
         why = _reason_of(factory, reason)
         for path in paths:
-            PATCHES.setdefault(backend, []).append(Patch(backend, path, factory, why, when))
+            PATCHES.setdefault(backend, []).append(Patch(backend, path, factory, why, when, speedup))
         return factory
 
     return decorator

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import speedups
 from ..errors import RunnerInputError
 from . import dtypes
 from .base import Runner
@@ -321,6 +322,11 @@ class OrtDecodeLoop(DecodeLoop):
         if self._takes_mask:
             inputs["attention_mask"] = attention_mask
         # A step over the same tensors as the last one (new values written into them) reuses its binding.
-        if self._binding is None or self._binding.key is None or self._binding.key != _memory_key(inputs):
+        if (
+            self._binding is None
+            or self._binding.key is None
+            or self._binding.key != _memory_key(inputs)
+            or not speedups.enabled()
+        ):
             self._binding = self.runner.bind_shared(inputs, self.buffers)
         return self._binding.run()["logits"]

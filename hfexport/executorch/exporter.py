@@ -3,7 +3,7 @@
 The Dynamo stages (``DynamoExporter.trace``, with the ``"executorch"`` patch set) give an
 ExportedProgram, traced once straight into the functional ATen program EXIR's lowering decomposes to
 (``trace_call``; for the XNNPACK and portable backends), so that the lowering's decomposition
-retraces have nothing left to do and are skipped (``patching/executorch_retraces.py``); then:
+retraces have nothing left to do and are skipped (``executorch/speedups/retraces.py``); then:
 
 1. every dynamic axis gets an upper bound: ExecuTorch plans memory for the largest
    shape a program accepts, and an unbounded axis would silently be planned at the
@@ -18,9 +18,8 @@ retraces have nothing left to do and are skipped (``patching/executorch_retraces
    and ``emit_mutable_buffer_names=True`` (so a runtime can reach program-owned state);
 4. input and output names: a ``.pte`` has none, so the flat names
    (``flatten_named(sample inputs)`` / ``flatten_named(eager output)``) are recorded on the
-   returned manager (``hfexport_io``) and written by ``save`` as a JSON side file
-   ``<name>.pte.json`` together with the ``.pte`` (atomically). A ``.pte`` without the side
-   file still runs, with positional names.
+   returned manager (``hfexport_io``) and written by ``save`` as a JSON side file ``<name>.pte.json``
+   together with the ``.pte`` (atomically). A ``.pte`` without the side file runs with positional names.
 
 Static caches: by default a StaticCache in the sample stays a graph input (USER_INPUT_MUTATION; with
 the three ``alloc_*`` flags False a C++ runtime binds it to caller-owned memory, see
@@ -49,18 +48,19 @@ from typing import Any, ClassVar, cast
 
 import torch
 
-from . import dim_bounds, shapes
-from .cache_owner import CacheOwner
-from .configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
-from .dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
-from .dynamo import DynamoExporter, split_inputs
-from .errors import HfExportError
-from .io import atomic_output
-from .model_state import restore_model, snapshot_model
-from .outputs import flatten_named, spec_leaf_names
-from .patching import executorch_checks, executorch_fixes, executorch_fusion, executorch_retraces  # noqa: F401 (patches)
-from .patching.executorch_passes import check_updated_inputs_keep_their_storage, run_edge_passes
-from .registry import register_exporter
+from .. import dim_bounds, shapes
+from ..cache_owner import CacheOwner
+from ..configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
+from ..dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
+from ..dynamo import DynamoExporter, split_inputs
+from ..errors import HfExportError
+from ..io import atomic_output
+from ..model_state import restore_model, snapshot_model
+from ..outputs import flatten_named, spec_leaf_names
+from ..registry import register_exporter
+from . import checks, fixes  # noqa: F401 (register their patches)
+from .passes import check_updated_inputs_keep_their_storage, run_edge_passes
+from .speedups import fusion, retraces  # noqa: F401 (register their patches)
 
 logger = logging.getLogger(__name__)
 
@@ -180,8 +180,8 @@ class ExecutorchExporter(DynamoExporter):
 
     def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
         """One trace straight into the ATen program EXIR's lowering would decompose the training-IR program into
-        (``executorch_retraces``), so that the lowering's decomposition retraces find nothing left to do."""
-        table = executorch_retraces.split_decomposition_table(config.backend)
+        (``speedups.retraces``), so that the lowering's decomposition retraces find nothing left to do."""
+        table = retraces.split_decomposition_table(config.backend)
         if table is None:
             return super().trace_call(model, graph_inputs, dynamic_shapes, config)
         return self.trace_decomposed(
@@ -234,8 +234,8 @@ class ExecutorchExporter(DynamoExporter):
 
         start = time.perf_counter()
         try:
-            edge_config, partitioners = executorch_fixes.edge_compile_config(program), self.partitioners(config)
-            with executorch_fixes.lowering_patches(), self.tracing_mode(config), torch.no_grad():
+            edge_config, partitioners = fixes.edge_compile_config(program), self.partitioners(config)
+            with fixes.lowering_patches(), self.tracing_mode(config), torch.no_grad():
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners, compile_config=edge_config)
         except HfExportError:
             raise
@@ -250,7 +250,7 @@ class ExecutorchExporter(DynamoExporter):
         self._check_still_dynamic(program, edge)
         run_edge_passes(edge)
         try:
-            with executorch_fixes.lowering_patches(), self.tracing_mode(config):
+            with fixes.lowering_patches(), self.tracing_mode(config):
                 manager = edge.to_executorch(self.backend_config(config))
         except Exception as exc:
             raise HfExportError(

@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
+from ...patching.registry import register_patch
+from ..fixes import LOWERING
 from . import edge_pass_triggers
-from .executorch_fixes import LOWERING
-from .registry import register_patch
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ register_patch(
     reason="to_edge_transform_and_lower retraces an already functional ATen program with tables none of whose "
     "ops it calls (hfexport traces once into that program); the retrace records the same graph. Drop when "
     "EXIR skips such retraces itself.",
+    speedup=True,
 )(_run_decompositions_when_needed)
 
 
@@ -161,12 +162,14 @@ register_patch(
     reason="XNNPACK's pass manager runs 17 passes per partition, and most retrace the partition to refresh its "
     "metadata even when they rewrote nothing; this records each such pass's graph as it starts. Drop when the "
     "passes retrace only after a rewrite.",
+    speedup=True,
 )(_record_graph_at_start)
 register_patch(
     LOWERING,
     "executorch.exir.pass_base.ExportPass.call",
     reason="with the graph recorded above unchanged, the metadata retrace of an XNNPACK pass gives the graph it "
     "was given; skipped. Passes no start was recorded for retrace as before.",
+    speedup=True,
 )(_retrace_only_a_changed_graph)
 
 
@@ -209,6 +212,7 @@ register_patch(
     "the metadata SpecPropPass reads, and most find no op they rewrite or no value out of date "
     "(edge_pass_triggers reads that from the graph); their retrace then records the graph it was given. Skipped "
     "in that case. Drop when EXIR's passes skip such retraces themselves.",
+    speedup=True,
 )(_retrace_only_what_an_edge_pass_rewrites)
 
 
@@ -216,7 +220,7 @@ register_patch(
 def split_decomposition_table(backend: str) -> Any:
     """``decomposition_table(backend)`` split for a one-pass trace (``decomposed_trace.split_table``), or None;
     built once per backend, read only."""
-    from ..decomposed_trace import split_table
+    from ...decomposed_trace import split_table
 
     table = decomposition_table(backend)
     return None if table is None else split_table(table)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .registry import register_fx_program_fix, register_patch
+from ..patching.registry import register_fx_program_fix, register_patch
 
 # The patch set installed around the EXIR lowering passes (see module doc).
 LOWERING = "executorch_lowering"
@@ -153,7 +153,7 @@ def _layout_read_without_guards(original: Any) -> Any:
         # holding only where it holds at every size: one that holds at the sample's batch 1 only counts as not.
         from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-        from .contiguity import known_dense
+        from ..patching.contiguity import known_dense
 
         if tensor.dim() != 4:
             return False
@@ -180,7 +180,7 @@ register_patch(
 def lowering_patches() -> Iterator[None]:
     """The ``executorch_lowering`` set, for the EXIR passes; torch's global random generator is put back after
     (``to_edge_transform_and_lower`` draws from it: a caller's seeded stream would move on by an export)."""
-    from .registry import apply_patches
+    from ..patching.registry import apply_patches
 
     with apply_patches(LOWERING), torch.random.fork_rng(devices=[]):
         yield

@@ -15,7 +15,7 @@ them (``METADATA_RETRACE``), though after a lowering only the nodes it added its
 ``TRIGGERS`` holds, per pass class, a predicate that reads the graph the way the pass's ``call_operator`` reads
 each call: same ops, same schema arguments (``map_args``), same values. It answers True ("may rewrite") whenever it
 cannot tell, so a skip is only ever taken where the pass would have rebuilt the graph it was given. A subclass of a
-listed pass is not listed: it may rewrite more. ``executorch_retraces`` skips the retrace where the predicate says
+listed pass is not listed: it may rewrite more. ``retraces`` skips the retrace where the predicate says
 False; ``tests/test_executorch_one_trace.py`` checks the lowered programs against EXIR's own and makes each
 predicate fail on a graph its pass rewrites.
 """

@@ -30,9 +30,9 @@ import torch
 
 from ..errors import HfExportError, RunnerInputError
 from ..patching.renames import KV_CACHE_NAMES
-from . import dtypes
-from .base import Runner
-from .decode import DecodeLoop
+from ..runtime import dtypes
+from ..runtime.base import Runner
+from ..runtime.decode import DecodeLoop
 
 logger = logging.getLogger(__name__)
 

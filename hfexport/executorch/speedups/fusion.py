@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from .executorch_fixes import LOWERING
-from .registry import register_patch
+from ...patching.registry import register_patch
+from ..fixes import LOWERING
 
 
 @contextlib.contextmanager
@@ -54,4 +54,5 @@ register_patch(
     reason="to_backend re-sorts the whole program after cutting out each partition, and the sorted graph's "
     "assignment regenerates the module's code every time; regenerated once after the last cut instead. Drop when "
     "EXIR sorts once per partitioning.",
+    speedup=True,
 )(_cut_partitions_with_one_regeneration)

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from .executorch_fixes import LOWERING
-from .executorch_retraces import fingerprint
-from .registry import register_patch
+from ..patching.registry import register_patch
+from .fixes import LOWERING
+from .speedups.retraces import fingerprint
 
 # Graph module -> the state its program was last checked (validated) in. Kept beside the module, not on it: a state
 # holds fake tensors, which a deep copy or a pickle of the module must not meet.
