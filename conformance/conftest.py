@@ -31,10 +31,6 @@ MAX_CACHE_LEN = 64
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers",
-        "hfexport_case(model, check): the subject and check a test measures (the report's model/backend/check key)",
-    )
-    config.addinivalue_line(
         "markers", "hfexport_realsize: a check of a real-size zoo entry (slow; run with -m hfexport_realsize)"
     )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import reporting, selection, settings, worker_threads, xdist_groups
+from . import backends, reporting, selection, settings, worker_threads, xdist_groups
 from .fixtures import (  # noqa: F401  (fixtures are found by name in this module)
     assert_exportable,
     export_and_compare,
@@ -38,6 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return
     config.stash[SETTINGS] = settings.read_settings(config)
+    for backend in config.stash[SETTINGS].backends:  # a backend the implementation registers gets its marker too
+        if backend not in backends.BACKENDS:
+            config.addinivalue_line("markers", f"{backend}: runs on the {backend} backend")
     worker_threads.apply(config, config.stash[SETTINGS].worker_threads)
     settings.load_hypothesis_profile(config)
     reporting.start_recording(config)

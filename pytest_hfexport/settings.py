@@ -63,6 +63,7 @@ MARKERS = [
     "e.g. torch='>=2.13'",
     "hfexport_slow: a slow export test (deselect with -m 'not hfexport_slow')",
     "hfexport_checks(argname, xfails): set by parametrize_with_checks",
+    "hfexport_case(model, check): the subject and check a test measures (the report's model/backend/check key)",
     "dynamo: runs on the dynamo backend (added to parametrized tests)",
     "onnx: runs on the onnx backend (added to parametrized tests)",
     "executorch: runs on the executorch backend (added to parametrized tests)",

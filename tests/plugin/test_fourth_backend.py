@@ -98,7 +98,7 @@ def test_a_registered_backend_is_found_by_every_library_layer(registered_fourth_
 def test_the_plugin_runs_its_checks_on_a_registered_backend(pytester):
     pytester.makeconftest(REGISTRATION)
     pytester.makepyfile(test_repo=CHECKS)
-    result = pytester.runpytest_subprocess("--hfexport-backend=pt2copy", "-p", "no:cacheprovider", "-v")
+    result = pytester.runpytest_subprocess("--hfexport-backend=pt2copy", "-p", "no:cacheprovider", "-v", "--strict-markers")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*test_exportable[[]pt2copy-scorer-export[]] PASSED*"])
 
