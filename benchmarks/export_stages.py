@@ -83,8 +83,9 @@ def install_timers() -> list[str]:
 def two_pass_export(generation: bool) -> Any:
     """hfexport's ExecuTorch export as it was before its one trace: the training-IR trace, every retrace and
     every pass-manager check run."""
+    import dataclasses
+
     from hfexport import ExecutorchExporter
-    from hfexport.dynamo import DynamoExporter
     from hfexport.executorch import checks as executorch_checks
     from hfexport.executorch.speedups import retraces as executorch_retraces
     from hfexport.patching.registry import PATCHES
@@ -92,14 +93,14 @@ def two_pass_export(generation: bool) -> Any:
     fn = export_time.hfexport_export("executorch", True, generation=generation)
 
     def export(model: Any, inputs: dict) -> Any:
-        patches, one_trace = PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.trace_call
+        patches, one_trace = PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.tracer
         skips = (executorch_retraces.__name__, executorch_checks.__name__)
         PATCHES[executorch_retraces.LOWERING] = [p for p in patches if p.factory.__module__ not in skips]
-        ExecutorchExporter.trace_call = DynamoExporter.trace_call  # type: ignore[method-assign]
+        ExecutorchExporter.tracer = dataclasses.replace(one_trace, decompositions=None)
         try:
             return fn(model, inputs)
         finally:
-            PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.trace_call = patches, one_trace
+            PATCHES[executorch_retraces.LOWERING], ExecutorchExporter.tracer = patches, one_trace
 
     return export
 

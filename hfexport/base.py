@@ -132,6 +132,29 @@ class HfExporter(abc.ABC):
     def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
         """Export ``model`` traced on ``sample_inputs``; returns the backend's program object."""
 
+    # -- the trace stage (exporters built on torch.export) ------------------------------------------------
+    # The exporter's trace stage (``tracing.Trace``): what its backend's trace does differently, as data.
+    tracer: ClassVar[Any] = None
+    # Whether the export's shape plan ties the token inputs' batch axes to one Dim (``shape_plan.ShapePlan``).
+    ties_batch: bool = False
+
+    def shape_plan(self, config: Any) -> Any:
+        """The one dynamic-shape plan of an export with ``config`` (``shape_plan.ShapePlan``)."""
+        from .shape_plan import ShapePlan
+
+        return ShapePlan.of(config, tie_batch=self.ties_batch)
+
+    def trace(self, model: Any, sample_inputs: Mapping[str, Any], config: Any, plan: Any = None) -> Any:
+        """The trace stage: ``model`` on ``sample_inputs`` to an ExportedProgram (``tracing.Trace.run``), the model
+        left as it was; ``plan`` defaults to the config's."""
+        if self.tracer is None:
+            raise NotImplementedError(f"{type(self).__name__} has no trace stage")
+        import torch
+
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{type(self).__name__}.export needs a torch.nn.Module, got {type(model).__name__}")
+        return self.tracer.run(model, sample_inputs, config, self.shape_plan(config) if plan is None else plan)
+
     def export_for_generation(
         self,
         model: Any,

@@ -248,8 +248,10 @@ def _configs_by_component(exporter: Any, names: list[str], config: Any) -> dict[
 
 def _dynamic_cache_export(config: Any, generation_config: Any) -> bool:
     """A dynamic export of components that run with a dynamic cache (not a static one)."""
+    from .shape_plan import ShapePlan
+
     configs = list(config.values()) if isinstance(config, Mapping) and "export_format" not in config else [config]
-    dynamic = any(getattr(c, "dynamic", False) or (isinstance(c, Mapping) and c.get("dynamic")) for c in configs)
+    dynamic = any(ShapePlan.of(c).automatic for c in configs if c is not None)
     return dynamic and getattr(generation_config, "cache_implementation", None) != "static"
 
 

@@ -1,7 +1,8 @@
 """OnnxExporter: a transformers model to a ``torch.onnx.ONNXProgram`` that ONNX Runtime runs as is.
 
-The Dynamo stages (``DynamoExporter.trace``) give an ExportedProgram, traced straight into the ATen IR that
-torch.onnx's decompositions would give (``decomposed_trace``: one trace, not a trace and a retrace); then:
+Its trace stage (``tracing.Trace`` with the ``"dynamo"`` and ``"onnx"`` patch sets) gives an ExportedProgram, traced
+straight into the ATen IR that torch.onnx's decompositions would give (``decomposed_trace``: one trace, not a trace
+and a retrace); then the lowering:
 
 1. torch.onnx's preparation of the decomposed program (explicit type promotion, no assertion nodes);
 2. FX node fixes registered for ``"onnx"`` on the decomposed graph;
@@ -25,19 +26,21 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import torch
 
 from . import decomposed_trace, onnx_names
+from .base import HfExporter
 from .configs import ExportConfigMixin, ExportFormat, OnnxConfig
-from .dynamo import DynamoExporter, split_inputs
 from .errors import HfExportError
+from .graph_inputs import split_inputs
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
 from .patching import apply_fx_node_fixes, apply_fx_program_fixes, onnx_fixes
 from .quantization import quantize_onnx_graph
 from .registry import register_exporter
+from .tracing import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -113,18 +116,42 @@ def _decomposition_table(opset: int, translations: tuple[tuple[Any, Any], ...]) 
     return decomposed_trace.split_table(_decomp.create_onnx_friendly_decomposition_table(implemented))
 
 
+def decomposition_table(config: Any) -> Any:
+    """The split ONNX decomposition table for ``config``'s opset (``decomposed_trace.split_table``): the ONNX
+    trace stage traces straight into it, as torch.export's training-IR trace followed by torch.onnx's decomposition
+    retrace would give in two traces."""
+    return _decomposition_table(*_translations_key(resolve_opset(config.opset_version)))
+
+
+def decompose_training_ir(program: torch.export.ExportedProgram, config: Any) -> torch.export.ExportedProgram:
+    """A training-IR program made the one trace's: its two-pass fixes, then torch.onnx's decompositions (where
+    torch refuses the one trace)."""
+    from torch.onnx._internal.exporter import _fx_passes
+
+    apply_fx_program_fixes(onnx_fixes.TWO_PASS, program)
+    registry = registry_for(resolve_opset(config.opset_version))
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+        return _fx_passes.decompose_with_registry(program, registry)
+
+
 @register_exporter("onnx")
-class OnnxExporter(DynamoExporter):
+class OnnxExporter(HfExporter):
     """transformers model -> ``torch.onnx.ONNXProgram`` with flat, named inputs and outputs."""
 
     export_format = ExportFormat.ONNX
     config_class = OnnxConfig
     required_packages = ["torch", "transformers", "onnx", "onnxscript", "onnxruntime"]
-    patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "onnx")
+    min_versions = {"torch": "2.11.0"}
+    tracer = Trace(
+        patch_backends=("dynamo", "onnx"),
+        export_format="onnx",
+        decompositions=decomposition_table,
+        after_training_ir=decompose_training_ir,
+    )
     file_suffix = ".onnx"
 
     def export(self, model: Any, sample_inputs: Mapping[str, Any], config: ExportConfigMixin | None = None) -> Any:
-        """Trace with the Dynamo stages, lower to ONNX, name everything, write ``output_path`` if set."""
+        """Trace, lower to ONNX, name everything, write ``output_path`` if set."""
         config = cast(OnnxConfig, self.resolve_config(config))  # resolve_config checked the format
         opset = resolve_opset(config.opset_version)
         graph_inputs, _ = split_inputs(sample_inputs)
@@ -136,33 +163,6 @@ class OnnxExporter(DynamoExporter):
         if config.output_path is not None:
             self.save(onnx_program, config.output_path)
         return onnx_program
-
-    @staticmethod
-    def decomposition_table(config: Any) -> Any:
-        """The split ONNX decomposition table for ``config``'s opset (``decomposed_trace.split_table``)."""
-        return _decomposition_table(*_translations_key(resolve_opset(config.opset_version)))
-
-    def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
-        """One trace straight into the ONNX-decomposed ATen program (``trace_decomposed``): torch.export's
-        training-IR trace followed by torch.onnx's decomposition retrace would trace the model twice."""
-        return self.trace_decomposed(
-            model,
-            graph_inputs,
-            dynamic_shapes,
-            config,
-            self.decomposition_table(config),
-            lambda: self._trace_in_two_passes(model, graph_inputs, dynamic_shapes, config),
-        )
-
-    def _trace_in_two_passes(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
-        """torch.export's training-IR program, its two-pass fixes, then torch.onnx's decompositions."""
-        from torch.onnx._internal.exporter import _fx_passes
-
-        program = super().trace_call(model, graph_inputs, dynamic_shapes, config)
-        apply_fx_program_fixes(onnx_fixes.TWO_PASS, program)
-        registry = registry_for(resolve_opset(config.opset_version))
-        with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
-            return _fx_passes.decompose_with_registry(program, registry)
 
     # -- lowering -------------------------------------------------------------------------------------
     def lower(
@@ -238,7 +238,7 @@ class OnnxExporter(DynamoExporter):
 
     @staticmethod
     def _prepare(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-        """torch.onnx's preparation of a program it has decomposed (``trace_call`` did): explicit type
+        """torch.onnx's preparation of a program it has decomposed (the trace stage did): explicit type
         promotion, no assertion nodes; then hfexport's FX node fixes. Size-oblivious, as torch.onnx's own."""
         from torch.onnx._internal.exporter import _fx_passes
 

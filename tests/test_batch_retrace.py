@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter, OnnxConfig, OnnxExporter
-from hfexport import dynamo as dynamo_module
+from hfexport import tracing
 from hfexport.batch_retrace import pinned_batch_inputs
 
 
@@ -41,7 +41,7 @@ OTHER_BATCHES = (torch.randn(1, 5, 16), torch.randn(3, 9, 16))
 
 
 def test_without_the_retrace_the_program_pins_batch_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dynamo_module.DynamoExporter, "open_pinned_batch", lambda self, *args: args[1])
+    monkeypatch.setattr(tracing.Trace, "open_pinned_batch", lambda self, *args: args[1])
     program = DynamoExporter().export(PooledAttention(), SAMPLE, DynamoConfig(dynamic=True))
     assert pinned_batch_inputs(program) == ["hidden"]
     with pytest.raises(AssertionError, match=r"hidden\.size\(\)\[0\]"):

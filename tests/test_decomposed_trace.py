@@ -10,41 +10,48 @@ from collections import Counter
 import pytest
 import torch
 
+import dataclasses
+
 from hfexport import OnnxConfig, OnnxExporter
-from hfexport.dynamo import DynamoExporter
+from hfexport import onnx as onnx_exporter
+from hfexport.tracing import Trace
 
 from helpers import eager, tiny_llama, zoo_model
 
 
-def two_trace(self, model, graph_inputs, dynamic_shapes, config):
-    """torch.export's training IR, then torch.onnx's decomposition pass over it: what the one trace replaces."""
-    from hfexport import onnx as onnx_exporter
+def with_trace(**changes):
+    """OnnxExporter with its trace stage changed."""
+
+    class Changed(OnnxExporter):
+        tracer = dataclasses.replace(OnnxExporter.tracer, **changes)
+
+    return Changed
+
+
+def _decomposed_as_torch_onnx_does(program, config):
     from torch.onnx._internal.exporter import _fx_passes
 
     registry = onnx_exporter.registry_for(onnx_exporter.resolve_opset(config.opset_version))
-    program = DynamoExporter.trace_call(self, model, graph_inputs, dynamic_shapes, config)
     with torch.fx.experimental._config.patch(backed_size_oblivious=True):
         return _fx_passes.decompose_with_registry(program, registry)
 
 
-class KeepsNoCompositeOps(OnnxExporter):
-    """Fault: the one trace decomposes every composite op (attention included), as if nothing were translated."""
-
-    def trace_call(self, model, graph_inputs, dynamic_shapes, config):
-        from hfexport import decomposed_trace
-
-        table = dict(OnnxExporter.decomposition_table(config)[1])
-        return decomposed_trace.export_decomposed(model, graph_inputs, dynamic_shapes, ({}, table))
+# torch.export's training IR, then torch.onnx's decomposition pass over it: what the one trace replaces.
+TwoTrace = with_trace(decompositions=None, after_training_ir=_decomposed_as_torch_onnx_does)
+def _keeps_no_composite_ops(config):
+    return {}, dict(onnx_exporter.decomposition_table(config)[1])
 
 
-class SkipsTheTable(OnnxExporter):
-    """Fault: the one trace keeps the composite ops but applies none of the table's other decompositions."""
+def _skips_the_table(config):
+    return dict(onnx_exporter.decomposition_table(config)[0]), {}
 
-    def trace_call(self, model, graph_inputs, dynamic_shapes, config):
-        from hfexport import decomposed_trace
 
-        cia = dict(OnnxExporter.decomposition_table(config)[0])
-        return decomposed_trace.export_decomposed(model, graph_inputs, dynamic_shapes, (cia, {}))
+# Fault: the one trace decomposes every composite op (attention included), as if nothing were translated.
+KeepsNoCompositeOps = with_trace(decompositions=_keeps_no_composite_ops)
+KeepsNoCompositeOps.__name__ = "KeepsNoCompositeOps"
+# Fault: the one trace keeps the composite ops but applies none of the table's other decompositions.
+SkipsTheTable = with_trace(decompositions=_skips_the_table)
+SkipsTheTable.__name__ = "SkipsTheTable"
 
 
 # Checks torch.onnx removes before translating (``_fx_passes.remove_assertion_nodes``): the post-dispatch trace
@@ -87,18 +94,15 @@ CASES = {"llama": lambda: zoo_sample("llama"), "t5": lambda: zoo_sample("t5"), "
          "llama_decode_step": llama_decode_step}
 
 
-def traced(exporter_cls, trace_call, model, inputs):
-    exporter = exporter_cls()
-    if trace_call is not None:
-        exporter.trace_call = trace_call.__get__(exporter)
-    return exporter.trace(model, inputs, OnnxConfig(dynamic=True))
+def traced(exporter_cls, model, inputs):
+    return exporter_cls().trace(model, inputs, OnnxConfig(dynamic=True))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_one_trace_records_the_graph_of_trace_plus_decompositions(case):
     model, inputs = CASES[case]()
-    reference = traced(OnnxExporter, two_trace, model, inputs)
-    one = traced(OnnxExporter, None, model, inputs)
+    reference = traced(TwoTrace, model, inputs)
+    one = traced(OnnxExporter, model, inputs)
     assert ops(one) == ops(reference)
     assert written_inputs(one) == written_inputs(reference)
 
@@ -106,14 +110,14 @@ def test_one_trace_records_the_graph_of_trace_plus_decompositions(case):
 def test_the_one_trace_keeps_attention_whole_for_hfexport_s_translation():
     """The ONNX translation of SDPA is hfexport's (MatMul/Softmax): the op must reach it whole."""
     model, inputs = zoo_sample("llama")
-    assert ops(traced(OnnxExporter, None, model, inputs))["aten.scaled_dot_product_attention.default"] == 2
+    assert ops(traced(OnnxExporter, model, inputs))["aten.scaled_dot_product_attention.default"] == 2
 
 
 @pytest.mark.parametrize("fault", [KeepsNoCompositeOps, SkipsTheTable], ids=lambda f: f.__name__)
 def test_a_faulty_one_pass_trace_is_told_apart(fault):
     model, inputs = zoo_sample("llama")
-    reference = traced(OnnxExporter, two_trace, model, inputs)
-    assert ops(traced(fault, None, model, inputs)) != ops(reference)
+    reference = traced(TwoTrace, model, inputs)
+    assert ops(traced(fault, model, inputs)) != ops(reference)
 
 
 def test_the_exported_onnx_program_matches_eager_and_torch_state_comes_back():
@@ -180,6 +184,6 @@ def test_an_error_of_both_ways_is_the_two_pass_error(monkeypatch):
         raise AssertionError("one-pass refusal")
 
     monkeypatch.setattr(decomposed_trace, "export_decomposed", refused)
-    monkeypatch.setattr(DynamoExporter, "trace_call", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("two")))
+    monkeypatch.setattr(Trace, "training_ir", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("two")))
     with pytest.raises(HfExportError, match="RuntimeError: two"):
         OnnxExporter().export(_SetsAttributesAsItRuns().eval(), {"x": torch.randn(2, 4)}, OnnxConfig(dynamic=True))

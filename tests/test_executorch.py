@@ -8,6 +8,7 @@ which also covers save and load. The slowest models are marked ``hfexport_slow``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import json
@@ -27,6 +28,7 @@ pytest.importorskip("executorch")
 from conformance.zoo import get  # noqa: E402
 from hfexport import ExecutorchConfig, ExecutorchExporter  # noqa: E402
 from hfexport.errors import HfExportError, RunnerInputError  # noqa: E402
+from hfexport.tracing import Trace  # noqa: E402
 from hfexport.model_state import diff_model_state, snapshot_model  # noqa: E402
 from hfexport.outputs import flatten_named  # noqa: E402
 from hfexport import dim_bounds  # noqa: E402
@@ -251,7 +253,7 @@ def test_a_padding_mask_longer_than_the_sample_runs(monkeypatch):
         return compare(_ref(MaskByBatch(), inputs), ExecutorchRunner(program)(inputs), "executorch", tolerance=1e-5)
 
     assert export_and_run().ok
-    monkeypatch.setattr(shapes, "tie_batch_axes", lambda spec, inputs: spec)  # the fault: one symbol per input
+    monkeypatch.setattr(shapes, "tie_batch_axes", lambda spec, inputs, minimum=None: spec)  # the fault: one symbol per input
     with pytest.raises(HfExportError, match="0x1"):
         export_and_run()
 
@@ -658,19 +660,22 @@ def test_a_batch_one_trace_that_pins_the_tied_batch_is_opened_by_the_batch_retra
         torch.testing.assert_close(got, model(wide, torch.ones_like(wide)))
 
 
-class _UntiesFirst(ExecutorchExporter):
+class _UntiesFirstTrace(Trace):
     """Fault: where the tied trace pins the batch, traces at batch 1 with free axes before the batch-2 retrace."""
 
-    def _export(self, model, graph_inputs, dynamic_shapes, config):
-        from hfexport.dynamo import DynamoExporter
-
+    def export_once(self, model, graph_inputs, dynamic_shapes, config, plan):
         try:
-            return DynamoExporter._export(self, model, graph_inputs, dynamic_shapes, config)
+            return self.export_checked(model, graph_inputs, dynamic_shapes, config)
         except HfExportError as exc:
             if "Constraints violated (batch)" not in str(exc):
                 raise
-        free = DynamoExporter.dynamic_shapes_for(self, graph_inputs, config)
-        return DynamoExporter._export(self, model, graph_inputs, free, config)
+        free = plan.free(graph_inputs)
+        return self.export_checked(model, graph_inputs, free, config)
+
+
+class _UntiesFirst(ExecutorchExporter):
+    tracer = _UntiesFirstTrace(**{f.name: getattr(ExecutorchExporter.tracer, f.name)
+                                  for f in dataclasses.fields(ExecutorchExporter.tracer)})
 
 
 def test_a_tied_batch_fallback_through_free_axes_is_told_apart(monkeypatch):

@@ -21,7 +21,7 @@ import torch
 pytest.importorskip("executorch")
 
 from hfexport import ExecutorchConfig, ExecutorchExporter, HfExportError  # noqa: E402
-from hfexport.dynamo import DynamoExporter  # noqa: E402
+import dataclasses  # noqa: E402
 from hfexport.executorch.speedups import edge_pass_triggers
 from hfexport.executorch.speedups import retraces as executorch_retraces  # noqa: E402
 from hfexport.patching.registry import PATCHES, Patch  # noqa: E402
@@ -34,16 +34,14 @@ LOWERING = executorch_retraces.LOWERING
 class TrainingIrExporter(ExecutorchExporter):
     """EXIR's way: the training-IR program (torch.export.export), decomposed by the lowering's retraces."""
 
-    def trace_call(self, model, graph_inputs, dynamic_shapes, config):
-        return DynamoExporter.trace_call(self, model, graph_inputs, dynamic_shapes, config)
+    tracer = dataclasses.replace(ExecutorchExporter.tracer, decompositions=None)
 
 
 class TracesWithoutTheTable(ExecutorchExporter):
     """Fault: the one trace keeps every composite op and applies none of the table (a functional ATen program
     that is not the decomposed one)."""
 
-    def trace_call(self, model, graph_inputs, dynamic_shapes, config):
-        return self.trace_decomposed(model, graph_inputs, dynamic_shapes, config, ({}, {}), lambda: None)
+    tracer = dataclasses.replace(ExecutorchExporter.tracer, decompositions=lambda config: ({}, {}))
 
 
 def without_skips(monkeypatch):

@@ -11,6 +11,7 @@ import torch
 import transformers
 
 import hfexport
+import hfexport.tracing
 from hfexport.model_state import diff_model_state, snapshot_model
 
 BACKENDS = {
@@ -78,7 +79,7 @@ def test_a_failed_quantized_export_leaves_every_layer_float(tmp_path, monkeypatc
     def failing(*args, **kwargs):
         raise RuntimeError("lowering failed")
 
-    monkeypatch.setattr(hfexport.DynamoExporter, "_export", failing)
+    monkeypatch.setattr(hfexport.tracing.Trace, "export_once", failing)
     with pytest.raises(RuntimeError, match="lowering failed"):
         hfexport.DynamoExporter().export(model, inputs, config=hfexport.DynamoConfig(quantization="int8"))
     after = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}

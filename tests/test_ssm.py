@@ -181,7 +181,7 @@ def test_executorch_decode_graph_has_no_sym_ite(kind):
 
     exporter, config = ExecutorchExporter(), ExecutorchConfig(dynamic=True)
     program = exporter.trace(model, sample, config)
-    with executorch_fixes.lowering_patches(), exporter.tracing_mode(config):
+    with executorch_fixes.lowering_patches(), exporter.tracer.mode(exporter.shape_plan(config), config):
         edge = to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False))
     targets = {str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"}
     assert not any("sym_ite" in t for t in targets), sorted(targets)

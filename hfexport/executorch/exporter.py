@@ -1,9 +1,9 @@
 """ExecutorchExporter: a transformers model to an ExecuTorch program (``.pte``).
 
-The Dynamo stages (``DynamoExporter.trace``, with the ``"executorch"`` patch set) give an
+Its trace stage (``tracing.Trace`` with the ``"dynamo"`` and ``"executorch"`` patch sets) gives an
 ExportedProgram, traced once straight into the functional ATen program EXIR's lowering decomposes to
-(``trace_call``; for the XNNPACK and portable backends), so that the lowering's decomposition
-retraces have nothing left to do and are skipped (``executorch/speedups/retraces.py``); then:
+(for the XNNPACK and portable backends), so that the lowering's decomposition retraces have nothing
+left to do and are skipped (``executorch/speedups/retraces.py``); then:
 
 1. every dynamic axis gets an upper bound: ExecuTorch plans memory for the largest
    shape a program accepts, and an unbounded axis would silently be planned at the
@@ -33,7 +33,7 @@ decompositions again) with the sample sizes as hints; outside that mode a hint o
 broadcasting decisions (``expand``, ``arange`` lengths) into the edge program, which then
 runs at batch 1 only ("expanded size 16 must match 8", "resize a bounded tensor with max
 capacity 2 to 3"). Lowering therefore runs in the same tracing mode as the trace
-(``tracing_mode``), as ``DynamoExporter`` does for its own decompositions; a batch-1
+(``Trace.mode``), as ``DynamoExporter`` does for its own decompositions; a batch-1
 sample then serves batch 1, 2 and 3 (tested).
 """
 
@@ -44,20 +44,21 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import torch
 
-from .. import dim_bounds, shapes
+from .. import dim_bounds
+from ..base import HfExporter
 from ..cache_owner import CacheOwner
 from ..configs import ExecutorchConfig, ExportConfigMixin, ExportFormat
 from ..dim_bounds import DEFAULT_MAX_LENGTH, DEFAULT_SSM_MAX_LENGTH
-from ..dynamo import DynamoExporter, split_inputs
 from ..errors import HfExportError
+from ..graph_inputs import split_inputs
 from ..io import atomic_output
-from ..model_state import restore_model, snapshot_model
 from ..outputs import flatten_named, spec_leaf_names
 from ..registry import register_exporter
+from ..tracing import Trace, brief
 from . import checks, fixes  # noqa: F401 (register their patches)
 from .passes import check_updated_inputs_keep_their_storage, run_edge_passes
 from .speedups import fusion, retraces  # noqa: F401 (register their patches)
@@ -81,14 +82,23 @@ def side_file(path: str | Path) -> Path:
 
 
 @register_exporter("executorch")
-class ExecutorchExporter(DynamoExporter):
+class ExecutorchExporter(HfExporter):
     """transformers model -> ``executorch.exir.ExecutorchProgramManager`` (see the module doc for the stages)."""
 
     export_format = ExportFormat.EXECUTORCH
     widen_batch1_components = True  # lowering pins a batch-1 x 1-token decode step's batch*query to 1
     config_class = ExecutorchConfig
     required_packages = ["torch", "transformers", "executorch"]
-    patch_backends: ClassVar[tuple[str, ...]] = ("dynamo", "executorch")
+    min_versions = {"torch": "2.11.0"}
+    # One trace straight into the ATen program EXIR's lowering would decompose the training-IR program into
+    # (``speedups.retraces``), so that the lowering's decomposition retraces find nothing left to do; a batch the
+    # tied trace pins is traced again from batch 2.
+    tracer = Trace(
+        patch_backends=("dynamo", "executorch"),
+        export_format="executorch",
+        decompositions=lambda config: retraces.split_decomposition_table(config.backend),
+        retrace_tied_batch=True,
+    )
     file_suffix = ".pte"
 
     def __init__(
@@ -125,10 +135,11 @@ class ExecutorchExporter(DynamoExporter):
             graph_inputs, _ = split_inputs(sample_inputs)
         input_names = list(flatten_named(graph_inputs).keys())
         start = time.perf_counter()
-        program = self.trace(model, sample_inputs, config)
+        plan = self.shape_plan(config)
+        program = self.trace(model, sample_inputs, config, plan)
         bounds = self.bound_dynamic_dims(program, graph_inputs, getattr(model, "wrapped", model))
         dynamic_axes = dim_bounds.dynamic_axes(program, input_names)
-        manager = self.lower(program, config)
+        manager = self.lower(program, config, plan)
         io = self._io_record(manager, input_names, config, bounds)
         io["input_dynamic_axes"] = dynamic_axes
         io["sample_shapes"] = {n: list(t.shape) for n, t in flatten_named(graph_inputs).items()}
@@ -141,57 +152,12 @@ class ExecutorchExporter(DynamoExporter):
         )
         return manager
 
-    def dynamic_shapes_for(self, graph_inputs: dict[str, Any], config: Any) -> Any:
-        """As Dynamo's, with the token inputs' batch axes tied to one symbol (see shapes.tie_batch_axes)."""
-        spec = super().dynamic_shapes_for(graph_inputs, config)
-        # Not with a program-owned cache: its buffers fix the batch, and a named batch Dim then fails
-        # ('Constraints violated (batch)') where Dim.AUTO lets the batch be static.
-        if config.dynamic_shapes is None and isinstance(spec, dict) and not self.cache_as_buffers:
-            return shapes.tie_batch_axes(spec, graph_inputs)
-        return spec
-
-    def _export(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
-        """As Dynamo's; where the trace pins the tied batch symbol (Funnel's batch-1 trace: 'Constraints violated
-        (batch)'), the model is put back and traced from batch 2 with the batch still tied, then opened to batch 1
-        (``trace_from_batch_two``); where that fails, traced with every axis free, as Dynamo's exporter traces it,
-        so that ``open_pinned_batch`` can still open the batch the trace pinned."""
-        snapshot = snapshot_model(model)
-        try:
-            return super()._export(model, graph_inputs, dynamic_shapes, config)
-        except HfExportError as exc:
-            if not shapes.pins_tied_batch(exc, dynamic_shapes):
-                raise
-            restore_model(model, snapshot)
-        tied = shapes.tied_batch_inputs(dynamic_shapes)
-        if self.batch_two_can_open(graph_inputs, tied):
-            logger.info("the trace of %s pinned the tied batch axis; tracing from batch 2", type(model).__name__)
-            opened = self.trace_from_batch_two(model, graph_inputs, tied, self._tied_from_two(config), config)
-            if opened is not None:
-                return opened
-            restore_model(model, snapshot)
-        logger.info("the trace of %s pinned the tied batch axis; tracing with every axis free", type(model).__name__)
-        untied = DynamoExporter.dynamic_shapes_for(self, graph_inputs, config)
-        return super()._export(model, graph_inputs, untied, config)
-
-    def _tied_from_two(self, config: Any) -> Any:
-        """Dynamic shapes for a sample widened to batch 2: the batch tied, from 2 (``accept_batch_one`` lowers it
-        to 1)."""
-        return lambda wide: shapes.tie_batch_axes(DynamoExporter.dynamic_shapes_for(self, wide, config), wide, 2)
-
-    def trace_call(self, model: Any, graph_inputs: dict[str, Any], dynamic_shapes: Any, config: Any) -> Any:
-        """One trace straight into the ATen program EXIR's lowering would decompose the training-IR program into
-        (``speedups.retraces``), so that the lowering's decomposition retraces find nothing left to do."""
-        table = retraces.split_decomposition_table(config.backend)
-        if table is None:
-            return super().trace_call(model, graph_inputs, dynamic_shapes, config)
-        return self.trace_decomposed(
-            model,
-            graph_inputs,
-            dynamic_shapes,
-            config,
-            table,
-            lambda: super(ExecutorchExporter, self).trace_call(model, graph_inputs, dynamic_shapes, config),
-        )
+    @property
+    def ties_batch(self) -> bool:  # type: ignore[override]
+        """The token inputs' batch axes are one Dim (``shapes.tie_batch_axes``), except with a program-owned cache:
+        its buffers fix the batch, and a named batch Dim then fails ('Constraints violated (batch)') where Dim.AUTO
+        lets the batch be static."""
+        return not self.cache_as_buffers
 
     # -- bounds -----------------------------------------------------------------------------------
     def bound_dynamic_dims(
@@ -228,21 +194,22 @@ class ExecutorchExporter(DynamoExporter):
             emit_mutable_buffer_names=True,
         )
 
-    def lower(self, program: torch.export.ExportedProgram, config: ExecutorchConfig) -> Any:
-        """ExportedProgram (bounded) -> ExecutorchProgramManager."""
+    def lower(self, program: torch.export.ExportedProgram, config: ExecutorchConfig, plan: Any = None) -> Any:
+        """ExportedProgram (bounded) -> ExecutorchProgramManager, in the trace's mode (``plan``: the export's)."""
         from executorch.exir import to_edge_transform_and_lower
 
+        plan = self.shape_plan(config) if plan is None else plan
         start = time.perf_counter()
         try:
             edge_config, partitioners = fixes.edge_compile_config(program), self.partitioners(config)
-            with fixes.lowering_patches(), self.tracing_mode(config), torch.no_grad():
+            with fixes.lowering_patches(), self.tracer.mode(plan, config), torch.no_grad():
                 edge = to_edge_transform_and_lower(program, partitioner=partitioners, compile_config=edge_config)
         except HfExportError:
             raise
         except Exception as exc:
             raise HfExportError(
                 f"ExecuTorch lowering (to_edge_transform_and_lower, backend={config.backend!r}) failed: "
-                f"{type(exc).__name__}: {_brief(exc)}\nTry: backend='portable' to see whether the delegate is the "
+                f"{type(exc).__name__}: {brief(exc)}\nTry: backend='portable' to see whether the delegate is the "
                 "cause, or register a patch for the op named above (register_patch('executorch', ...)).",
                 stage="lowering",
             ) from exc
@@ -250,11 +217,11 @@ class ExecutorchExporter(DynamoExporter):
         self._check_still_dynamic(program, edge)
         run_edge_passes(edge)
         try:
-            with fixes.lowering_patches(), self.tracing_mode(config):
+            with fixes.lowering_patches(), self.tracer.mode(plan, config):
                 manager = edge.to_executorch(self.backend_config(config))
         except Exception as exc:
             raise HfExportError(
-                f"ExecuTorch to_executorch (memory planning, emission) failed: {type(exc).__name__}: {_brief(exc)}",
+                f"ExecuTorch to_executorch (memory planning, emission) failed: {type(exc).__name__}: {brief(exc)}",
                 stage="lowering",
             ) from exc
         logger.info(
@@ -383,11 +350,6 @@ def read_io(path: str | Path) -> dict[str, Any] | None:
     if not side.exists():
         return None
     return json.loads(side.read_text())
-
-
-def _brief(exc: BaseException, limit: int = 1500) -> str:
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
 __all__ = [

@@ -115,7 +115,7 @@ def apply_onnx_ir_fixes(model: Any) -> list[str]:
 _LAYOUT_OPS = ("aten.transpose.int", "aten.permute.default", "aten.expand.default", "aten.t.default")
 _RESHAPES = ("aten.reshape.default", "aten.view.default")
 # The fixes of a training-IR program that torch.onnx's decompositions then retrace: the ONNX exporter's way for a
-# model its one-pass trace refuses (``OnnxExporter.trace_call``).
+# model its one-pass trace refuses (``OnnxExporter.tracer``).
 TWO_PASS = "onnx-two-pass"
 
 

@@ -29,8 +29,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..decode_calls import explicit_mask, one_static_mask
-from ..dynamo import tensor_inputs
 from ..generation import _bind, _clean
+from ..graph_inputs import tensor_inputs
 from ..outputs import spec_leaf_names
 from ..patching.renames import CACHE_ARGUMENT
 from .base import Runner
