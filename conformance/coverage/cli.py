@@ -5,7 +5,8 @@ The sweep itself is a pytest run (``conformance/coverage/test_sweep.py``, docs/c
     python -m pytest -n 2 --dist loadgroup conformance/coverage --hfexport-backend=dynamo,onnx \\
         --hfexport-report out/coverage/hfexport.json
 
-The report reads hfexport's reports (``--hfexport``, several for shards) and the peer's (``--peer``; by default
+The report reads hfexport's reports (``--hfexport``, several for shards or a rerun of the failures; by default every
+``out/coverage/hfexport*.json``, oldest first, so the newest row of a cell wins) and the peer's (``--peer``; by default
 its committed report ``docs/reports/coverage/transformers.json``, so the peer, a pinned release, is not measured
 again), and writes ``--markdown`` (default ``out/coverage/report.md``) with its chart beside it.
 """
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-DEFAULT_HFEXPORT = Path("out/coverage/hfexport.json")
+DEFAULT_HFEXPORT = Path("out/coverage")
 DEFAULT_PEER = Path("docs/reports/coverage/transformers.json")
 
 
@@ -26,7 +27,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--report", action="store_true", help="write the report (the only action)")
     parser.add_argument(
-        "--hfexport", type=Path, action="append", help=f"hfexport's sweep report(s) (default {DEFAULT_HFEXPORT})"
+        "--hfexport",
+        type=Path,
+        action="append",
+        help="hfexport's sweep report(s) (default out/coverage/hfexport*.json)",
     )
     parser.add_argument("--peer", type=Path, action="append", help=f"the peer's report(s) (default {DEFAULT_PEER})")
     parser.add_argument("--markdown", type=Path, default=Path("out/coverage/report.md"), help="where the page goes")
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .report import write_report
 
-    reports = {"hfexport": args.hfexport or [DEFAULT_HFEXPORT], "transformers": args.peer or [DEFAULT_PEER]}
+    found = sorted(DEFAULT_HFEXPORT.glob("hfexport*.json"), key=lambda p: p.stat().st_mtime)
+    reports = {"hfexport": args.hfexport or found, "transformers": args.peer or [DEFAULT_PEER]}
     print(f"report: {write_report(reports, args.markdown)}", file=sys.stderr)
     return 0
