@@ -254,3 +254,14 @@ def test_report_rows_fold_into_cells():
     assert llama["message"] == "Guard failed: input_ids.size()[0] == 1"
     assert llama["checks"]["export"]["sample_ok"] and llama["checks"]["generation"]["status"] == "pass"
     assert cells["ASTModel|base|onnx"]["status"] == "not_buildable"
+
+
+def test_a_cell_past_its_time_limit_fails_at_stage_timeout(tmp_path: Path):
+    """The per-cell limit is a signal alarm in the test's thread: under pytest-xdist too (tests run on a worker's
+    main thread), a cell that overruns fails at stage ``timeout`` and the next cell still runs."""
+    report = tmp_path / "report.json"
+    node = "conformance/coverage/test_sweep.py::test_export[dynamo-LlamaForCausalLM]"
+    done = pytest_run(node, "-n", "1", "--coverage-timeout=0.05", "--hfexport-no-cache", f"--hfexport-report={report}")
+    assert done.returncode == 1, done.stdout[-3000:]
+    (row,) = json.loads(report.read_text())["rows"]
+    assert (row["status"], row["stage"]) == ("fail", "timeout") and "--coverage-timeout" in row["message"]
