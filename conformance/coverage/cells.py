@@ -38,6 +38,17 @@ CellFailure.__module__ = "builtins"
 CellFailure.__qualname__ = CellFailure.__name__ = "AssertionError"
 
 
+class CellTimeout(BaseException):
+    """The cell ran past its time limit (raised by a signal alarm). A ``BaseException``, so that no ``except
+    Exception`` on the way (the harness's, a library's fallback) turns it into another stage or swallows it;
+    pytest reports it as a failure whose stage is ``timeout``."""
+
+    stage = "timeout"
+
+
+CellTimeout.__module__ = "builtins"
+
+
 def judge_export(adapter: Any, backend: str, device: str, built: Built, workdir: Path, cache: Any = None) -> Any:
     """The plain dynamic export of ``built`` (with the plugin's artifact cache, unless None); returns the
     measurement on a match."""

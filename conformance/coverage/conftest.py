@@ -13,7 +13,7 @@ import pytest
 
 from conformance.coverage import collect
 from conformance.coverage.build import Built, NotBuildable, build
-from conformance.coverage.cells import CellFailure
+from conformance.coverage.cells import CellTimeout
 from conformance.coverage.enumerate import Architecture
 
 # The last architecture built on this worker: its checks on one backend run one after another (one xdist group).
@@ -26,7 +26,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    collect.deselect_executorch(config, items)
+    collect.deselect(config, items)
 
 
 @pytest.fixture
@@ -51,9 +51,10 @@ def built() -> Callable[[Architecture], Built]:
 
 @pytest.fixture
 def time_limit(pytestconfig: pytest.Config) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """``with time_limit():`` fails the cell at stage ``timeout`` after ``--coverage-timeout`` seconds. A signal
-    alarm in the test's own thread: it interrupts Python code (a native call returns first), and where tests do
-    not run on the main thread it cannot be set, so there is no limit there."""
+    """``with time_limit():`` fails the cell at stage ``timeout`` after ``--coverage-timeout`` seconds
+    (``cells.CellTimeout``). A signal alarm in the test's own thread: it interrupts Python code (a native call
+    returns first), and where tests do not run on the main thread (pytest-xdist runs them there) it cannot be set,
+    so there is no limit there."""
     seconds = float(pytestconfig.getoption("coverage_timeout", collect.DEFAULT_TIMEOUT) or 0)
 
     @contextlib.contextmanager
@@ -63,7 +64,7 @@ def time_limit(pytestconfig: pytest.Config) -> Callable[[], contextlib.AbstractC
             return
 
         def overran(signum: int, frame: Any) -> None:
-            raise CellFailure("timeout", f"the cell ran past {seconds:.0f} s (--coverage-timeout)")
+            raise CellTimeout(f"timeout: the cell ran past {seconds:g} s (--coverage-timeout)")
 
         previous = signal.signal(signal.SIGALRM, overran)
         signal.setitimer(signal.ITIMER_REAL, seconds)
