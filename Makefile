@@ -38,26 +38,26 @@ matrix: $(STAMP)
 	$(BIN)/python -m conformance.matrix
 
 # How much of transformers exports and matches eager, per architecture and backend, for hfexport and the peer
-# (transformers.exporters), side by side in docs/coverage.md. hfexport is measured on every run; the peer, a pinned
-# release, is measured by coverage-peer, whose sweep is committed in $(COVERAGE_SEED) and reused here while the
-# versions match (cells of other versions are measured again). The build verdicts (what the suite cannot build
-# tiny) come from that sweep too: building is the suite's work, not the implementation's. Each sweep stops
-# starting architectures after its --budget (minutes); results are kept per cell and versions in out/coverage/,
-# so running it again resumes where the last run stopped. The default scope is one class per model type (611
-# architectures); COVERAGE_SCOPE=all measures every registered class (1245), reusing the cells already stored.
-COVERAGE_BUDGET ?= 80
+# (transformers.exporters), side by side in docs/coverage.md. The sweep is a pytest collection (one test per
+# architecture x backend x check, conformance/coverage/test_sweep.py) writing the plugin's JSON report; the peer, a
+# pinned release, is read from its committed report in $(COVERAGE_SEED) (coverage-peer measures it again). No
+# budget: a run takes its measured wall time (docs/coverage.md). Run again after an interruption: the artifact cache
+# keeps every export that finished. The report reads every out/coverage/hfexport*.json, the newest row of a cell
+# winning, so a rerun of the failures (COVERAGE_ARGS=--lf COVERAGE_REPORT=out/coverage/hfexport-lf.json) adds to it.
+# COVERAGE_SCOPE=all measures every registered class; COVERAGE_ARGS adds pytest options (-k, --hfexport-shard=K/N,
+# --hfexport-baseline=FILE); the run's exit status is make's, after the report is written.
 COVERAGE_SCOPE ?= types
 COVERAGE_SEED := docs/reports/coverage
+COVERAGE_REPORT ?= out/coverage/hfexport.json
+COVERAGE_ARGS ?=
+COVERAGE_RUN = $(BIN)/python -m pytest -n 2 --dist loadgroup conformance/coverage --coverage-sweep $(COVERAGE_SCOPE) --hfexport-backend=dynamo,onnx -q
 coverage: $(STAMP)
-	$(BIN)/python -m conformance.coverage --impl hfexport --scope $(COVERAGE_SCOPE) --budget $(COVERAGE_BUDGET) --seed $(COVERAGE_SEED)
-	$(BIN)/python -m conformance.coverage --impl transformers --scope $(COVERAGE_SCOPE) --budget $(COVERAGE_BUDGET) --seed $(COVERAGE_SEED)
-	$(BIN)/python -m conformance.coverage --report
+	$(COVERAGE_RUN) --hfexport-report $(COVERAGE_REPORT) $(COVERAGE_ARGS); status=$$?; \
+	$(BIN)/python -m conformance.coverage --report --peer $(COVERAGE_SEED)/transformers.json && exit $$status
 
-# The peer's sweep from scratch (about an hour on 2 cores), then committed as the seed coverage reuses.
+# The peer's sweep from scratch (about an hour on 2 cores), its report committed as the seed coverage reuses.
 coverage-peer: $(STAMP)
-	$(BIN)/python -m conformance.coverage --impl transformers --scope $(COVERAGE_SCOPE) --fresh --out out/coverage-peer
-	mkdir -p $(COVERAGE_SEED)
-	cp out/coverage-peer/transformers.json out/coverage-peer/builds.json $(COVERAGE_SEED)/
+	$(COVERAGE_RUN) --hfexport-impl=transformers --hfexport-report $(COVERAGE_SEED)/transformers.json $(COVERAGE_ARGS)
 
 # Lint, format and types of the three packages (seconds), then the tests.
 LINTED := hfexport hfexport_launcher.py pytest_hfexport conformance

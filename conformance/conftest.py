@@ -33,6 +33,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "hfexport_realsize: a check of a real-size zoo entry (slow; run with -m hfexport_realsize)"
     )
+    config.addinivalue_line(
+        "markers", "hfexport_coverage: a cell of the coverage sweep (collected only with --coverage-sweep)"
+    )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from conformance.coverage.collect import addoption
+
+    addoption(parser)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The coverage sweep (conformance/coverage/) is collected only when asked for (``--coverage-sweep``)."""
+    from conformance.coverage.collect import ignore
+
+    return ignore(collection_path, config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from conformance.coverage.collect import header
+
+    return header(config)
 
 
 def case(entry_or_name: Any, check: str, *, id: str | None = None, values: tuple = ()) -> Any:
@@ -232,7 +254,7 @@ def known_failures_file(impl: str) -> Path:
     return KNOWN_FAILURES / f"{impl}.toml"
 
 
-def _use_known_failures(config: pytest.Config) -> None:
+def _use_known_failures(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The implementation's known-failures file applies unless --hfexport-xfails names another."""
     from pytest_hfexport import xfails
     from pytest_hfexport.settings import SETTINGS
@@ -244,14 +266,28 @@ def _use_known_failures(config: pytest.Config) -> None:
     if path.exists():
         settings.xfails_path = str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
         try:
-            settings.xfails = xfails.load(path)
+            entries = xfails.load(path)
         except xfails.XfailFileError as exc:
             raise pytest.UsageError(f"{path}: {exc}") from exc
+        # One file holds the zoo's entries and the coverage sweep's, which never run together: an entry whose test
+        # file this run did not collect is out of scope here, not stale.
+        # The sweep's own parametrization is narrowed at collection (scope, --coverage-only, build verdicts): there,
+        # an entry for a cell not collected is out of scope too.
+        ids = {item.nodeid for item in items}
+        files = {nodeid.split("::", 1)[0] for nodeid in ids}
+
+        def collected(key: str) -> bool:
+            file = key.split("::", 1)[0]
+            if "::" not in key or not any(f == file or f.endswith("/" + file) for f in files):
+                return "::" not in key
+            return not file.endswith("coverage/test_sweep.py") or any(i == key or i.endswith("/" + key) for i in ids)
+
+        settings.xfails = {k: v for k, v in entries.items() if collected(k)}
 
 
 @pytest.hookimpl(tryfirst=True)  # before the plugin applies known failures and pytest's -m selection reads marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _use_known_failures(config)
+    _use_known_failures(config, items)
     groups: dict[int, str] = {}
     for item in items:
         marker = item.get_closest_marker("hfexport_case")

@@ -67,6 +67,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         config.hook.pytest_deselected(items=unbound)
         items[:] = [i for i in items if i not in unbound]
     selection.apply_known_failures(config, items)
+    selection.apply_shard(config, items)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -100,7 +100,13 @@ class _Controller:
         settings, recorder = settings_of(self.config), self.config.stash[RECORDER]
         recorder.finish()
         if settings.baseline:
-            gate = recorder.compare_baseline(report_mod.load_baseline(settings.baseline))
+            baseline = report_mod.load_baseline(settings.baseline)
+            if settings.shard is not None:  # a shard answers for its own rows only
+                from .selection import shard_of
+
+                k, n = settings.shard
+                baseline = {key: r for key, r in baseline.items() if shard_of(str(r.get("nodeid", "")), n) == k}
+            gate = recorder.compare_baseline(baseline)
             if gate.failed and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if settings.report:

@@ -3,6 +3,7 @@ and the version and device markers checked at setup."""
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from typing import Any
 
@@ -112,3 +113,21 @@ def _skip_or_xfail(marker: Any, reason: str) -> None:
     if marker.kwargs.get("xfail"):
         pytest.xfail(reason)
     pytest.skip(reason)
+
+
+def shard_of(nodeid: str, shards: int) -> int:
+    """The shard (1-based, of ``shards``) a test id belongs to: a digest of the id, so every process, machine and
+    CI job computes the same partition from the same collection, whatever order it collected in."""
+    return int(hashlib.sha1(nodeid.encode()).hexdigest(), 16) % shards + 1
+
+
+def apply_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--hfexport-shard=K/N``: deselect every test outside shard K (``shard_of``)."""
+    shard = settings_of(config).shard
+    if shard is None:
+        return
+    k, n = shard
+    outside = [item for item in items if shard_of(item.nodeid, n) != k]
+    if outside:
+        config.hook.pytest_deselected(items=outside)
+        items[:] = [item for item in items if shard_of(item.nodeid, n) == k]

@@ -47,6 +47,11 @@ OPTIONS: list[tuple[str, str]] = [
         "torch threads per process that runs tests: auto (default: under pytest-xdist, the cores shared among "
         "the workers; without xdist, torch's own choice), keep (torch's own choice), or a number",
     ),
+    (
+        "shard",
+        "K/N: run only the K-th (1-based) of N shards of the collected tests, chosen by a digest of each test id, "
+        "so N CI jobs with K = 1..N run every test exactly once; the baseline gate then judges only this shard's rows",
+    ),
 ]
 # Flags (no value): name -> help. Each has an ini twin that takes true/false.
 FLAGS: dict[str, str] = {
@@ -122,6 +127,7 @@ class Settings:
     max_examples: int | None = None
     cache_dir: str | None = None  # the artifact cache's folder; None: no cache (--hfexport-no-cache)
     worker_threads: str | int = "auto"  # pytest_hfexport.worker_threads: auto, keep or a thread count
+    shard: tuple[int, int] | None = None  # (K, N): this run is the K-th of N shards (``selection.apply_shard``)
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -187,6 +193,7 @@ def read_settings(config: pytest.Config) -> Settings:
     from . import worker_threads
 
     threads = worker_threads.parse(option(config, "worker-threads"))
+    shard = parse_shard(option(config, "shard"))
     return Settings(
         backends,
         impl,
@@ -200,7 +207,20 @@ def read_settings(config: pytest.Config) -> Settings:
         max_examples,
         cache_dir,
         threads,
+        shard,
     )
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    """``"K/N"`` -> (K, N) with 1 <= K <= N; None when not given. Anything else is a usage error."""
+    if not value:
+        return None
+    try:
+        k, n = (int(part) for part in value.split("/"))
+        assert 1 <= k <= n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"--hfexport-shard={value}: K/N with 1 <= K <= N, e.g. 2/4") from None
+    return k, n
 
 
 def load_hypothesis_profile(config: pytest.Config) -> None:

@@ -1,14 +1,16 @@
-"""The coverage sweep's parts: shrinking, enumeration, worker isolation, resume and the failure-cause buckets.
+"""The coverage sweep's parts: shrinking, enumeration, building, the failure-cause buckets, and the sweep as a pytest
+collection (one item per architecture x backend x check, kept out of other runs, sharded, known failures).
 
-Fast: no export runs here. Worker tests fork (the fork server's preload is for real sweeps) and replace the
-model build and the cell function, so they measure the sweep's bookkeeping, not an exporter.
+Fast: the collection tests only collect (a subprocess each, as a user runs it); one runs a single export of a
+seeded-fault implementation to see a known failure become a strict xfail.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +19,15 @@ import torch
 import transformers
 
 from conformance.coverage import build as build_module
-from conformance.coverage import cells as cells_module
-from conformance.coverage.cli import plan
+from conformance.coverage import rows
+from conformance.coverage.cells import SAMPLE_OK
 from conformance.coverage.enumerate import Architecture, architectures
 from conformance.coverage.normalise import cause, normalise
-from conformance.coverage.runner import Sweep, Task
 from conformance.coverage.shrink import HEADS, LAYERS, WIDTH, tiny_config
-from conformance.coverage.store import Store, cell_key
+from pytest_hfexport.selection import shard_of
 
-
-@pytest.fixture(autouse=True)
-def environment_restored():
-    """A sweep sets its workers' environment in the process that starts them (PYTHONWARNINGS=ignore,
-    OMP_NUM_THREADS=1, ...); here that process is a test worker, whose later tests and subprocesses must not
-    inherit it."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = "--coverage-only=^LlamaForCausalLM$"
 
 
 def parameters(model_class: Any, config: Any) -> int:
@@ -117,101 +110,6 @@ def test_unbuildable_architectures_say_why():
     assert raised.value.stage == "import" and "AttributeError" in raised.value.reason
 
 
-# -- workers ------------------------------------------------------------------------------------------------
-
-
-class FakeAdapter:
-    name = "fake"
-
-
-def fake_build(arch: Architecture) -> build_module.Built:
-    return build_module.Built(arch, None, {}, None, 0, "text", 1)
-
-
-def sweep_cells(monkeypatch, tmp_path, cell, backends, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
-    """Run one task through real worker processes (forked) with the build and the cell function replaced."""
-    import pytest_hfexport.adapters
-
-    monkeypatch.setattr(pytest_hfexport.adapters, "resolve", lambda name: FakeAdapter())
-    monkeypatch.setattr(build_module, "build", fake_build)
-    monkeypatch.setattr(cells_module, "run_cell", cell)
-    records: dict[str, dict[str, Any]] = {}
-    sweep = Sweep(
-        "fake",
-        lambda arch, backend, record: records.__setitem__(backend, record),
-        jobs=1,
-        timeout=timeout,
-        logs=tmp_path / "logs",
-        start_method="fork",
-    )
-    sweep.run([Task(Architecture("TinyModel", "base", "tiny", "TinyConfig"), list(backends))])
-    return records
-
-
-def passing(adapter, built, backend, workdir, generation=True):
-    return {"status": "pass", "stage": "", "message": "", "checks": {"export": {"status": "pass"}}}
-
-
-def test_an_exception_in_a_cell_is_one_failed_cell(monkeypatch, tmp_path):
-    def cell(adapter, built, backend, workdir, generation=True):
-        if backend == "onnx":
-            raise RuntimeError("exporter exploded at node 17")
-        return passing(adapter, built, backend, workdir)
-
-    records = sweep_cells(monkeypatch, tmp_path, cell, ["dynamo", "onnx"])
-    assert records["dynamo"]["status"] == "pass"
-    assert records["onnx"]["status"] == "fail" and records["onnx"]["stage"] == "harness"
-    assert "exporter exploded" in records["onnx"]["message"]
-
-
-def test_a_crashing_worker_costs_one_cell(monkeypatch, tmp_path):
-    def cell(adapter, built, backend, workdir, generation=True):
-        if backend == "onnx":
-            os._exit(3)  # a native runtime dying: no Python exception, no clean-up
-        return passing(adapter, built, backend, workdir)
-
-    records = sweep_cells(monkeypatch, tmp_path, cell, ["dynamo", "onnx", "executorch"])
-    assert records["dynamo"]["status"] == "pass"
-    assert records["onnx"]["status"] == "fail" and records["onnx"]["stage"] == "crash"
-    assert "exit code 3" in records["onnx"]["message"]
-    assert records["executorch"]["status"] == "pass"  # requeued in a fresh worker
-
-
-def test_a_hanging_cell_times_out(monkeypatch, tmp_path):
-    def cell(adapter, built, backend, workdir, generation=True):
-        if backend == "dynamo":
-            time.sleep(60)
-        return passing(adapter, built, backend, workdir)
-
-    start = time.monotonic()
-    records = sweep_cells(monkeypatch, tmp_path, cell, ["dynamo", "onnx"], timeout=1.0)
-    assert time.monotonic() - start < 30
-    assert records["dynamo"]["status"] == "fail" and records["dynamo"]["stage"] == "timeout"
-    assert records["onnx"]["status"] == "pass"
-
-
-# -- resume -------------------------------------------------------------------------------------------------
-
-
-def test_resume_reuses_equal_versions_and_remeasures_changed_ones(tmp_path: Path):
-    arch = Architecture("LlamaForCausalLM", "causal_lm", "llama", "LlamaConfig")
-    versions = {"torch": "2.13.0", "transformers": "5.23.0", "impl_version": "0.1.0", "sweep": "1"}
-    store = Store(tmp_path / "hfexport.json", "hfexport")
-    store.put(cell_key(arch.name, arch.head, "dynamo"), {"status": "pass", "versions": versions})
-    store.save()
-    reloaded = Store(tmp_path / "hfexport.json", "hfexport")
-
-    tasks, reused, _ = plan([arch], ["dynamo", "onnx"], reloaded, versions)
-    assert reused == 1 and [t.backends for t in tasks] == [["onnx"]]
-
-    changed = {**versions, "torch": "2.14.0"}
-    tasks, reused, _ = plan([arch], ["dynamo", "onnx"], reloaded, changed)
-    assert reused == 0 and [t.backends for t in tasks] == [["dynamo", "onnx"]]
-
-    tasks, reused, _ = plan([arch], ["dynamo", "onnx"], reloaded, versions, fresh=True)
-    assert reused == 0 and [t.backends for t in tasks] == [["dynamo", "onnx"]]
-
-
 # -- failure causes -----------------------------------------------------------------------------------------
 
 
@@ -249,151 +147,121 @@ def test_every_failing_cell_is_listed_with_its_triage_or_as_not_triaged(monkeypa
     }
     text = "\n".join(report.triaged_failures(cells))
     assert "3 failing cells; 2 not triaged yet" in text
-    assert "| SiglipForImageClassification | dynamo | run: AssertionError: Guard failed: x.size()[<n>] == <n> | fix: view pins batch |" in text
+    assert (
+        "| SiglipForImageClassification | dynamo | run: AssertionError: Guard failed: x.size()[<n>] == <n> | fix: view pins batch |"
+        in text
+    )
     assert "| SiglipForImageClassification | onnx |" in text and "| HieraModel | dynamo |" in text
     assert text.count("not triaged |") == 2 and "BertModel" not in text
 
 
-# -- report -------------------------------------------------------------------------------------------------
+# -- the sweep as a pytest collection ----------------------------------------------------------------------
 
 
-def test_the_time_section_says_what_finishing_the_default_scope_takes():
-    from conformance.coverage import report
+def pytest_run(*args: str, impl_path: bool = False) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS`` in the repository, as a user runs it (tests/ on the path for ``faults.*``)."""
+    env = dict(os.environ)
+    paths = [str(ROOT)] + ([str(ROOT / "tests")] if impl_path else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
-    versions = {"torch": "2.13.0", "transformers": "5.23.0", "impl_version": "0.1.0", "sweep": "3"}
 
-    def cell(arch: str, backend: str) -> dict:
-        return {"arch": arch, "head": "causal_lm", "backend": backend, "status": "pass", "stage": "", "message": "",
-                "seconds": 10.0, "checks": {}, "build": {}, "versions": versions, "model_type": arch.lower()}
+def collected(*args: str) -> list[str]:
+    done = pytest_run("--collect-only", "-q", *args)
+    assert done.returncode in (0, 5), done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_the_collection_is_one_item_per_architecture_backend_and_check():
+    ids = collected("conformance/coverage", "--hfexport-backend=dynamo,onnx,executorch", LLAMA)
+    sweep = "conformance/coverage/test_sweep.py"
+    assert sorted(ids) == sorted(
+        f"{sweep}::test_{check}[{backend}-LlamaForCausalLM]"
+        for check in ("export", "generation")
+        for backend in ("dynamo", "onnx", "executorch")
+    )
+    # A non-generative head has no generation item; ExecuTorch is kept to its slice unless asked for every one.
+    only = "--coverage-only=^ResNetForImageClassification$"
+    assert collected("conformance/coverage", "--hfexport-backend=dynamo,executorch", only) == [
+        f"{sweep}::test_export[dynamo-ResNetForImageClassification]"
+    ]
+    every = "--coverage-executorch=all"
+    assert len(collected("conformance/coverage", "--hfexport-backend=executorch", only, every)) == 1
+
+
+def test_the_sweep_stays_out_of_the_suites_own_runs():
+    """`pytest conformance` (and `-m ""`) collects no coverage cell; --coverage-sweep adds them."""
+    assert collected("conformance", "-m", "hfexport_coverage", "--hfexport-backend=dynamo") == []
+    asked = collected(
+        "conformance", "-m", "hfexport_coverage", "--hfexport-backend=dynamo", "--coverage-sweep", "types", LLAMA
+    )
+    assert len(asked) == 2
+
+
+def test_shards_partition_the_collection():
+    ids = [f"conformance/coverage/test_sweep.py::test_export[onnx-{a.name}]" for a in architectures(scope="types")]
+    for shards in (1, 2, 5):
+        parts = [{i for i in ids if shard_of(i, shards) == k} for k in range(1, shards + 1)]
+        assert set().union(*parts) == set(ids) and sum(map(len, parts)) == len(ids)  # each id in exactly one
+        assert shards == 1 or all(parts), "no shard is empty on hundreds of ids"
+    only = "--coverage-only=^(Llama|Qwen2)ForCausalLM$"
+    args = ("conformance/coverage", "--hfexport-backend=dynamo,onnx,executorch", only)
+    whole = collected(*args)
+    halves = [collected(*args, f"--hfexport-shard={k}/2") for k in (1, 2)]
+    assert sorted(halves[0] + halves[1]) == sorted(whole) and not set(halves[0]) & set(halves[1])
+    assert pytest_run("--collect-only", *args, "--hfexport-shard=3/2").returncode == 4  # a usage error
+
+
+def test_a_known_failure_of_the_sweep_is_a_strict_xfail(tmp_path: Path):
+    """An entry in the known-failures format (test id = measured message) makes the cell a strict xfail; the fault
+    (outputs off by 1e-3) is what makes the export fail here."""
+    node = "conformance/coverage/test_sweep.py::test_export[dynamo-LlamaForCausalLM]"
+    known = tmp_path / "known.toml"
+    known.write_text(f'"{node}" = "AssertionError: mismatch: output \'logits\' shape (1, 6, 256) float32"\n')
+    report = tmp_path / "report.json"
+    done = pytest_run(
+        node,
+        "--hfexport-impl=faults.perturbed_outputs",
+        "--hfexport-no-cache",
+        f"--hfexport-xfails={known}",
+        f"--hfexport-report={report}",
+        "-rxX",
+        impl_path=True,
+    )
+    assert done.returncode == 0 and "1 xfailed" in done.stdout, done.stdout[-3000:]
+    (row,) = json.loads(report.read_text())["rows"]
+    assert (row["status"], row["stage"]) == ("xfail", "mismatch") and "output 'logits'" in row["message"]
+
+
+def test_report_rows_fold_into_cells():
+    def row(check: str, status: str, stage: str | None = None, message: str = "") -> dict[str, Any]:
+        nodeid = f"{rows.SWEEP_FILE}::test_{check}[onnx-LlamaForCausalLM]"
+        facts = {"model": "LlamaForCausalLM", "backend": "onnx", "check": check, "status": status, "stage": stage}
+        return facts | {"message": message, "nodeid": nodeid, "seconds": 1.0}
 
     data = {
-        "impl": "hfexport",
-        "cells": {f"{a}|causal_lm|{b}": cell(a, b) for a in ("A", "B") for b in ("dynamo", "onnx")},
-        "runs": [{"seconds": 40.0, "measured": 4, "reused": 0, "command": "python -m conformance.coverage",
-                  "started": "2026-12-04T00:00:00+00:00", "versions": versions, "impl_revision": "abc"}],
+        "runs": [],
+        "rows": [
+            row("export", "xfail", "run", f"AssertionError: run: {SAMPLE_OK}Guard failed: input_ids.size()[0] == 1"),
+            row("generation", "pass"),
+        ],
     }
-    # 10 classes, 5 of them in the default scope (two measured): 6 scope cells left at 10 s per cell.
-    text = report.render({"hfexport": data}, 10, None, type_scope={"A", "B", "C", "D", "E"})
-    assert "the 16 cells not yet measured need about 0.0 h more" in text
-    assert "Of the default scope (one class per model type, 5 classes), 6 cells are not yet measured" in text
+    verdicts = {"ASTModel|base": {"stage": "eager", "message": "IndexError: out of range"}}
+    cells = rows.cells(data, {"LlamaForCausalLM": "causal_lm"}, verdicts)
+    llama = cells["LlamaForCausalLM|causal_lm|onnx"]
+    assert (llama["status"], llama["stage"]) == ("fail", "run")
+    assert llama["message"] == "Guard failed: input_ids.size()[0] == 1"
+    assert llama["checks"]["export"]["sample_ok"] and llama["checks"]["generation"]["status"] == "pass"
+    assert cells["ASTModel|base|onnx"]["status"] == "not_buildable"
 
 
-def test_a_budgeted_sweep_records_the_cells_it_measured_not_the_ones_it_planned(monkeypatch, tmp_path):
-    """A sweep whose budget runs out stores how many cells it measured: the report's rate divides by it."""
-
-    from conformance.coverage import cli, runner
-
-    class HalfSweep:
-        def __init__(self, impl, on_record, **_):
-            self.on_record = on_record
-
-        def run(self, tasks, deadline=None):
-            first = tasks[0]
-            for backend in first.backends:
-                self.on_record(first.arch, backend, {"status": "pass", "stage": "", "message": "", "checks": {}})
-            return len(tasks) - 1
-
-    monkeypatch.setattr(runner, "Sweep", HalfSweep)
-    args = cli.parse_args(["--only", "^(LlamaForCausalLM|BertModel)$", "--out", str(tmp_path), "--no-progress"])
-    cli.sweep(args, "test")
-    run = json.loads((tmp_path / "hfexport.json").read_text())["runs"][-1]
-    assert (run["measured"], run["planned"], run["left_for_later"]) == (2, 4, 1)
-
-
-def test_a_not_buildable_verdict_serves_the_next_sweep_without_a_build(monkeypatch, tmp_path):
-    """Building is the suite's work: the peer's sweep (here: a sweep with the first one's cells gone) records
-    an architecture the first sweep could not build from that verdict, and starts no worker for it."""
-    from conformance.coverage import cli, runner
-
-    started: list[list[str]] = []
-    bert_stage = ["config"]
-
-    class RecordingSweep:
-        def __init__(self, impl, on_record, **_):
-            self.on_record = on_record
-
-        def run(self, tasks, deadline=None):
-            for task in tasks:
-                started.append([task.arch.name, *task.backends])
-                for backend in task.backends:
-                    if task.arch.name == "BertModel":
-                        record = {"status": "not_buildable", "stage": bert_stage[0], "message": "ValueError: too small"}
-                    else:
-                        record = {"status": "pass", "stage": "", "message": ""}
-                    self.on_record(task.arch, backend, {**record, "checks": {}})
-            return 0
-
-    monkeypatch.setattr(runner, "Sweep", RecordingSweep)
-    argv = ["--only", "^(LlamaForCausalLM|BertModel)$", "--out", str(tmp_path), "--no-progress"]
-    cli.sweep(cli.parse_args(argv), "first")
-    assert sorted(name for name, *_ in started) == ["BertModel", "LlamaForCausalLM"]
-
-    (tmp_path / "hfexport.json").unlink()
-    started.clear()
-    cli.sweep(cli.parse_args(argv), "second")
-    assert [name for name, *_ in started] == ["LlamaForCausalLM"]
-    cells = json.loads((tmp_path / "hfexport.json").read_text())["cells"]
-    bert = [r for r in cells.values() if r["arch"] == "BertModel"]
-    assert len(bert) == 2 and all(r["status"] == "not_buildable" and r["stage"] == "config" for r in bert)
-    assert all(r["build_verdict_reused"] and r["message"] == "ValueError: too small" for r in bert)
-
-    # A worker killed or crashed while building gives no verdict: the next sweep builds again.
-    for path in tmp_path.glob("*.json"):
-        path.unlink()
-    bert_stage[0] = "timeout"
-    cli.sweep(cli.parse_args(argv), "third")
-    (tmp_path / "hfexport.json").unlink()
-    started.clear()
-    cli.sweep(cli.parse_args(argv), "fourth")
-    assert sorted(name for name, *_ in started) == ["BertModel", "LlamaForCausalLM"]
-
-
-def test_a_committed_sweep_seeds_cells_of_the_same_versions_only(monkeypatch, tmp_path):
-    """``--seed``: the peer's committed cells are reused where their versions are the current ones (no worker
-    starts for them), measured again where not, and the report says which cells came from the seed."""
-    from conformance.coverage import cli, report, runner
-
-    started: list[str] = []
-
-    class RecordingSweep:
-        def __init__(self, impl, on_record, **_):
-            self.on_record = on_record
-
-        def run(self, tasks, deadline=None):
-            for task in tasks:
-                started.append(task.arch.name)
-                for backend in task.backends:
-                    self.on_record(task.arch, backend, {"status": "pass", "stage": "", "message": "", "checks": {}})
-            return 0
-
-    monkeypatch.setattr(runner, "Sweep", RecordingSweep)
-    seed_dir, out = tmp_path / "seed", tmp_path / "out"
-    argv = ["--only", "^(LlamaForCausalLM|BertModel)$", "--no-progress"]
-    cli.sweep(cli.parse_args([*argv, "--out", str(seed_dir)]), "the committed sweep")
-    seed = json.loads((seed_dir / "hfexport.json").read_text())
-    old = {**seed["cells"]["BertModel|base|dynamo"]["versions"], "torch": "2.12.0"}
-    for key in ("BertModel|base|dynamo", "BertModel|base|onnx"):
-        seed["cells"][key]["versions"] = old
-    (seed_dir / "hfexport.json").write_text(json.dumps(seed))
-
-    started.clear()
-    cli.sweep(cli.parse_args([*argv, "--out", str(out), "--seed", str(seed_dir)]), "seeded")
-    assert started == ["BertModel"]  # Llama's seeded cells reused; Bert's are of another torch
-    stored = json.loads((out / "hfexport.json").read_text())
-    llama = [r for r in stored["cells"].values() if r["arch"] == "LlamaForCausalLM"]
-    bert = [r for r in stored["cells"].values() if r["arch"] == "BertModel"]
-    assert len(llama) == 2 and all(r["seeded_from"] == str(seed_dir / "hfexport.json") for r in llama)
-    assert len(bert) == 2 and not any("seeded_from" in r for r in bert)
-
-    # A sweep whose budget runs out before it measures anything keeps none of the seed's stale cells.
-    class IdleSweep(RecordingSweep):
-        def run(self, tasks, deadline=None):
-            return len(tasks)
-
-    monkeypatch.setattr(runner, "Sweep", IdleSweep)
-    cli.sweep(cli.parse_args([*argv, "--out", str(tmp_path / "idle"), "--seed", str(seed_dir)]), "idle")
-    idle = json.loads((tmp_path / "idle" / "hfexport.json").read_text())["cells"]
-    assert sorted(idle) == ["LlamaForCausalLM|causal_lm|dynamo", "LlamaForCausalLM|causal_lm|onnx"]
-    assert [r["command"] for r in stored["runs"]] == ["the committed sweep", "seeded"]
-    text = report.render({"hfexport": stored}, None, None)
-    assert f"2 of its cells are reused from the committed sweep `{seed_dir / 'hfexport.json'}`" in text
+def test_a_cell_past_its_time_limit_fails_at_stage_timeout(tmp_path: Path):
+    """The per-cell limit is a signal alarm in the test's thread: under pytest-xdist too (tests run on a worker's
+    main thread), a cell that overruns fails at stage ``timeout`` and the next cell still runs."""
+    report = tmp_path / "report.json"
+    node = "conformance/coverage/test_sweep.py::test_export[dynamo-LlamaForCausalLM]"
+    done = pytest_run(node, "-n", "1", "--coverage-timeout=0.05", "--hfexport-no-cache", f"--hfexport-report={report}")
+    assert done.returncode == 1, done.stdout[-3000:]
+    (row,) = json.loads(report.read_text())["rows"]
+    assert (row["status"], row["stage"]) == ("fail", "timeout") and "--coverage-timeout" in row["message"]

@@ -1,142 +1,123 @@
-"""One cell: an architecture exported on one backend through an implementation's adapter, judged against eager.
+"""The two checks of one architecture on one backend, as test bodies: each returns on a match and raises
+``CellFailure`` (an ``AssertionError`` that names the stage) otherwise.
 
-``export``: the plain dynamic export from the batch-1 sample, saved and loaded back, run at the sample
-and at batch 2 x another length, every output compared with eager (``pytest_hfexport.pipeline.Harness``,
-the plugin's one measurement, and ``pytest_hfexport.compare``, its one comparison). ``generation``
-(generative heads): ``export_for_generation``, each component saved and loaded, then 16 greedy tokens
-of the model's own ``generate()`` with the components served by their artifacts
-(``pytest_hfexport.serving``) where the adapter declares it lacks ``serve``, else through the adapter's
-own ``serve``, against eager ``generate()``. A capability the adapter declares it lacks is
-``unsupported``; any other exception is a failure with the stage it happened in.
+``judge_export``: the plain dynamic export from the batch-1 sample, saved and loaded back, run at the sample
+and at batch 2 x another length, every output compared with eager (``pytest_hfexport.pipeline.Harness``, the
+plugin's one measurement, and ``pytest_hfexport.compare``, its one comparison). ``judge_generation``
+(generative heads): ``export_for_generation``, each component saved and loaded, then 16 greedy tokens of the
+model's own ``generate()`` with the components served by their artifacts (``pytest_hfexport.serving``) where
+the adapter declares it lacks ``serve``, else through the adapter's own ``serve``, against eager
+``generate()``. A capability the adapter declares it lacks raises the plugin's ``Unsupported`` (a skip the
+report counts as ``unsupported``), as everywhere in the suite; nothing else is ever skipped.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-from .build import Built, describe
+from .build import Built, NotBuildable, describe
 
 NEW_TOKENS = 16
-PASS, FAIL, UNSUPPORTED, NOT_BUILDABLE, SKIPPED = "pass", "fail", "unsupported", "not_buildable", "skipped"
+# Leads the failure message of an export that matched eager at its batch-1 sample before failing away from it,
+# so the report (which reads the JSON rows) can show the sample verdict: the message comes first in the row.
+SAMPLE_OK = "matched at the batch-1 sample; "
 
 
-def check(status: str, stage: str = "", message: str = "", seconds: float = 0.0, **extra: Any) -> dict[str, Any]:
-    return {"status": status, "stage": stage, "message": message, "seconds": round(seconds, 3), **extra}
+class CellFailure(AssertionError):
+    """The export (or generation) does not serve what eager does; ``stage`` is where it failed, which the
+    plugin's report row takes as its stage (the row's message is this exception's text)."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage
 
 
-def export_check(adapter: Any, backend: str, built: Built, workdir: Path) -> dict[str, Any]:
-    from pytest_hfexport.adapters import Unsupported
+# The row's message is the exception as pytest prints it: the builtin's name reads as the other entries do.
+CellFailure.__module__ = "builtins"
+CellFailure.__qualname__ = CellFailure.__name__ = "AssertionError"
+
+
+class CellTimeout(BaseException):
+    """The cell ran past its time limit (raised by a signal alarm). A ``BaseException``, so that no ``except
+    Exception`` on the way (the harness's, a library's fallback) turns it into another stage or swallows it;
+    pytest reports it as a failure whose stage is ``timeout``."""
+
+    stage = "timeout"
+
+
+CellTimeout.__module__ = "builtins"
+
+
+def judge_export(adapter: Any, backend: str, device: str, built: Built, workdir: Path, cache: Any = None) -> Any:
+    """The plain dynamic export of ``built`` (with the plugin's artifact cache, unless None); returns the
+    measurement on a match."""
     from pytest_hfexport.pipeline import ExportCheckError, Harness
 
-    start = time.perf_counter()
-    gap = adapter.declared_gap("export", backend)
-    if gap is not None:
-        return check(UNSUPPORTED, "export", gap)
-    harness = Harness(adapter, backend, workdir=workdir / f"{backend}-export")
+    harness = Harness(adapter, backend, device, workdir, cache=cache)
     try:
-        measurement = harness.export_and_compare(built.model, built.sample, built.other)
-    except Unsupported as exc:
-        return check(UNSUPPORTED, "export", str(exc), time.perf_counter() - start)
+        return harness.export_and_compare(built.model, built.sample, built.other)
     except ExportCheckError as exc:
         m = exc.measurement
         message = m.short_message() if m is not None else str(exc).splitlines()[0]
         # Whether the artifact matched eager at the sample it was traced on, before other inputs failed.
         sample_ok = m is not None and bool(m.results) and m.results[0].ok
-        return check(
-            FAIL,
-            exc.stage,
-            message,
-            time.perf_counter() - start,
-            max_abs=_finite(m.max_abs if m is not None else None),
-            sample_ok=sample_ok,
-        )
-    return check(
-        PASS,
-        sample_ok=True,
-        seconds=time.perf_counter() - start,
-        max_abs=_finite(measurement.max_abs),
-        export_seconds=round(measurement.seconds.get("export", 0.0), 3),
-    )
+        raise CellFailure(exc.stage, (SAMPLE_OK if sample_ok else "") + message) from None
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and value == value and abs(value) != float("inf") else None
-
-
-def generation_check(adapter: Any, backend: str, built: Built, workdir: Path) -> dict[str, Any]:
+def judge_generation(adapter: Any, backend: str, built: Built, workdir: Path, cache: Any = None) -> list[str]:
+    """``export_for_generation`` of ``built`` serves eager ``generate()``'s greedy tokens; returns the component
+    names. Eager ``generate()`` failing is the suite's limit (``NotBuildable``), not the implementation's."""
     from pytest_hfexport.reference import eager_tokens, generation_config
     from pytest_hfexport.serving import served_tokens
 
-    start = time.perf_counter()
-    for capability in ("export", "export_for_generation"):
-        gap = adapter.declared_gap(capability, backend)
-        if gap is not None:
-            return check(UNSUPPORTED, capability, gap)
+    adapter.require("export", backend)
+    adapter.require("export_for_generation", backend)
     model, inputs = built.model, built.sample
     try:
         expected = eager_tokens(model, inputs, NEW_TOKENS)
-    except Exception as exc:  # eager generate() itself fails: nothing to judge the export against
-        return check(NOT_BUILDABLE, "eager_generate", describe(exc), time.perf_counter() - start)
+    except Exception as exc:  # nothing to judge the export against
+        raise NotBuildable("eager_generate", describe(exc)) from exc
     stage = "export"
     try:
         exporter = adapter.exporter(backend)
         config = adapter.config(backend, dynamic=True)
-        programs = adapter.export_for_generation(exporter, model, inputs, config)
+        names: list[str] = []
+
+        def export_and_save(folder: Path) -> dict[str, Path]:
+            programs = adapter.export_for_generation(exporter, model, inputs, config)
+            names.extend(programs)
+            return {name: adapter.save(exporter, program, folder, name) for name, program in programs.items()}
+
+        if cache is None:
+            directory = workdir / f"{backend}-generation"
+            directory.mkdir(parents=True, exist_ok=True)
+            paths = export_and_save(directory)
+        else:
+            from pytest_hfexport.artifact_cache import export_key
+
+            key = export_key(adapter, backend, model, inputs, config, "export_for_generation", {})
+            paths, _ = cache.get_or_build(key, export_and_save)
         stage = "save"
-        directory = workdir / f"{backend}-generation"
-        directory.mkdir(parents=True, exist_ok=True)
-        paths = {name: adapter.save(exporter, program, directory, name) for name, program in programs.items()}
         if adapter.declared_gap("serve", backend) is None:
-            stage, how = "serve", ""
+            stage = "serve"
             got = adapter.serve(model, paths, inputs, NEW_TOKENS, generation_config(model, NEW_TOKENS))
         else:  # the judge's own serving: generate() with each component's forward replaced by its artifact
-            stage, how = "load", "serve declared lacking: tokens from the judge's serving of the components"
+            stage = "load"
             runners = {name: adapter.load(path) for name, path in paths.items()}
             stage = "tokens"
             got = served_tokens(model, runners, inputs, NEW_TOKENS)
-        if got.tolist() != expected.tolist():
-            return check(FAIL, stage, _first_difference(got, expected), time.perf_counter() - start)
-    except Exception as exc:
-        return check(FAIL, stage, describe(exc), time.perf_counter() - start)
-    return check(PASS, seconds=time.perf_counter() - start, components=sorted(programs), note=how)
+    except Exception as exc:  # the plugin's Unsupported is a skip, not an Exception: it passes through
+        raise CellFailure(stage, describe(exc)) from None
+    if got.tolist() != expected.tolist():
+        raise CellFailure(stage, first_difference(got, expected))
+    return sorted(paths)
 
 
-def _first_difference(got: Any, expected: Any) -> str:
+def first_difference(got: Any, expected: Any) -> str:
     g, e = got.tolist(), expected.tolist()
     for row, (a, b) in enumerate(zip(g, e)):
         for position, (x, y) in enumerate(zip(a, b)):
             if x != y:
                 return f"greedy token {position} of row {row} is {x}, eager generate() gives {y}"
     return f"greedy tokens have shape {list(got.shape)}, eager generate() gives {list(expected.shape)}"
-
-
-def summarise(checks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The cell's status from its checks: unsupported when the plain export is; else the first failure
-    (stage prefixed by its check when it is not the plain export); else pass."""
-    export = checks["export"]
-    if export["status"] == UNSUPPORTED:
-        return {"status": UNSUPPORTED, "stage": export["stage"], "message": export["message"]}
-    for name, result in checks.items():
-        if result["status"] == FAIL:
-            stage = result["stage"] if name == "export" else f"{name}:{result['stage']}"
-            return {"status": FAIL, "stage": stage, "message": result["message"]}
-    return {"status": PASS, "stage": "", "message": ""}
-
-
-# Stages of the plain export after which no program exists: generation (the same tracing, split) is not tried.
-NO_PROGRAM = frozenset({"eager", "export", "lowering"})
-
-
-def run_cell(adapter: Any, built: Built, backend: str, workdir: Path, generation: bool = True) -> dict[str, Any]:
-    """Every check of one cell: the plain export, then (generative heads) generation, unless the plain export
-    produced no program at all or is unsupported."""
-    checks = {"export": export_check(adapter, backend, built, workdir)}
-    if built.arch.generative and generation:
-        export = checks["export"]
-        if export["status"] == PASS or (export["status"] == FAIL and export["stage"] not in NO_PROGRAM):
-            checks["generation"] = generation_check(adapter, backend, built, workdir)
-        else:
-            checks["generation"] = check(SKIPPED, message="not run: the plain export produced no program")
-    return {**summarise(checks), "checks": checks}
