@@ -37,8 +37,12 @@ from .errors import HfExportError
 from .graph_inputs import split_inputs
 from .io import atomic_output
 from .outputs import flatten_named, spec_leaf_names
-from .patching import apply_fx_node_fixes, apply_fx_program_fixes, onnx_fixes
-from .patching import onnx_tied_weights  # noqa: F401 (registers its IR fix)
+from .patching import (
+    apply_fx_node_fixes,
+    apply_fx_program_fixes,
+    onnx_fixes,
+    onnx_tied_weights,  # noqa: F401 (registers its IR fix)
+)
 from .quantization import quantize_onnx_graph
 from .registry import register_exporter
 from .tracing import Trace
