@@ -14,6 +14,8 @@ SLOW_MODULES = (
     "test_cli.py",
     "test_executorch_one_trace.py",
     "test_executorch.py",
+    "test_executorch_decode.py",
+    "test_executorch_lowering.py",
     "test_generation.py",
 )
 
