@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import backends, reporting, selection, settings, worker_threads, xdist_groups
+from . import backends, reporting, selection, settings, worker_exit, worker_threads, xdist_groups
 from .fixtures import (  # noqa: F401  (fixtures are found by name in this module)
     assert_exportable,
     export_and_compare,
@@ -42,6 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if backend not in backends.BACKENDS:
             config.addinivalue_line("markers", f"{backend}: runs on the {backend} backend")
     worker_threads.apply(config, config.stash[SETTINGS].worker_threads)
+    if worker_exit.is_worker(config):
+        config.pluginmanager.register(worker_exit, "hfexport-worker-exit")
     settings.load_hypothesis_profile(config)
     reporting.start_recording(config)
 
