@@ -9,7 +9,8 @@ export depends on:
 * the export: backend, the export config (as the implementation serialises it), what is exported (the plain
   model, or ``export_for_generation`` and its options);
 * the implementation: its name, version and a digest of its source files (and of the adapter's), so an edit
-  to the exporter is a new key;
+  to the exporter is a new key; and its own environment variables (``<NAME>_*``, e.g. ``HFEXPORT_SPEEDUPS``,
+  which turns hfexport's speed-ups off: an artifact exported with them must not answer a run without them);
 * the installed versions of torch, transformers, onnx, onnxscript, onnxruntime and executorch.
 
 A hit gives the saved files back; every check still loads them and runs them against eager, so the cache
@@ -196,8 +197,15 @@ def export_key(
         "model": model_digest(model),
         "inputs": describe(dict(inputs)),
         "versions": installed_versions(),
+        "environment": implementation_environment(adapter.name),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:40]
+
+
+def implementation_environment(name: str) -> dict[str, str]:
+    """The implementation's own environment variables (``<NAME>_*``): settings it reads that can change an export."""
+    prefix = "".join(c if c.isalnum() else "_" for c in name).upper() + "_"
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefix)}
 
 
 # -- the store -----------------------------------------------------------------------------------------------

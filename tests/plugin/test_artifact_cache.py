@@ -123,6 +123,18 @@ def test_everything_an_export_depends_on_is_in_the_key(change):
     assert _key(**change) != _key()
 
 
+def test_the_implementations_own_environment_is_in_the_key(monkeypatch):
+    """``HFEXPORT_SPEEDUPS=0`` (or any ``<NAME>_*`` setting of the implementation under test) is a new key: a run
+    that turns hfexport's speed-ups off to tell their fault from a correctness one must not load artifacts
+    exported with them. Another implementation's or the machine's other variables are not."""
+    monkeypatch.delenv("COUNTING_SPEEDUPS", raising=False)
+    before = _key()
+    monkeypatch.setenv("SOMETHING_ELSE", "1")
+    assert _key() == before
+    monkeypatch.setenv("COUNTING_SPEEDUPS", "0")
+    assert _key() != before
+
+
 def test_versions_and_implementation_source_are_in_the_key(monkeypatch, tmp_path):
     base = _key()
     monkeypatch.setattr(artifact_cache, "installed_versions", lambda: {"torch": "0.0"})
