@@ -23,43 +23,27 @@ in-place check does not apply there).
 """
 from __future__ import annotations
 
-import copy
 import itertools
-from pathlib import Path
-from typing import Any, Callable
 
-import numpy as np
 import pytest
 import torch
-import transformers
 
-from conformance.zoo import get
-from hfexport import (DynamoConfig, DynamoExporter, ExecutorchConfig, ExecutorchExporter, OnnxConfig,
-                      OnnxExporter)
-from hfexport.outputs import flatten_named
-from decode_contract_shared import (  # noqa: F401
-    ATOL,
+from decode_contract_shared import artifacts  # noqa: F401 (the fixture)
+from decode_contract_shared import (
     BACKENDS,
     Checks,
     DECODERS,
     DECODE_INPUTS,
-    DYNAMIC_FAST,
-    DynamoGuide,
-    EXPORTERS,
-    ExecutorchGuide,
     GUIDES,
     MAX_CACHE_LEN,
     NEW_TOKENS,
-    OrtGuide,
     PAD,
-    artifacts,
     causal_mask,
     close,
     eager_generate,
     exported_decode,
     greedy,
     prompt_ids,
-    resized,
 )
 
 

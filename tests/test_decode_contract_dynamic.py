@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import itertools
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,32 +14,20 @@ import torch
 import transformers
 
 from conformance.zoo import get
-from hfexport import (DynamoConfig, DynamoExporter, ExecutorchConfig, ExecutorchExporter, OnnxConfig,
-                      OnnxExporter)
+from hfexport import (DynamoConfig, DynamoExporter)
 from hfexport.outputs import flatten_named
-from decode_contract_shared import (  # noqa: F401
-    ATOL,
+from decode_contract_shared import artifacts  # noqa: F401 (the fixture)
+from decode_contract_shared import (
     BACKENDS,
     Checks,
     DECODERS,
     DECODE_INPUTS,
     DYNAMIC_FAST,
-    DynamoGuide,
-    EXPORTERS,
-    ExecutorchGuide,
-    GUIDES,
     MAX_CACHE_LEN,
-    NEW_TOKENS,
-    OrtGuide,
     PAD,
-    artifacts,
-    causal_mask,
     close,
-    eager_generate,
     exported_decode,
-    greedy,
     prompt_ids,
-    resized,
 )
 
 
