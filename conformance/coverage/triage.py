@@ -163,10 +163,10 @@ TRIAGE: tuple[Triage, ...] = (
     Triage(
         r"^Aimv2Model$",
         "",
-        r"pixel_values.size\(\)\[0\] == 1|logits_per_image",
+        r"pixel_values.size\(\)\[0\] == 1|logits_per_image|running Add node",
         FIX,
-        "two findings, not yet located: on Dynamo the program keeps the batch pinned to 1 (guard batch == 1: the "
-        "batch-2 retrace was not kept); on ONNX logits_per_image differs from eager by 0.57 at the batch-1 sample",
+        "the batch-1 sample's batch stays in the graph, not yet located: the Dynamo program guards batch == 1 (the "
+        "batch-2 retrace was not kept) and ONNX Runtime fails to broadcast an Add at batch 2",
     ),
     Triage(
         r"^AfmoeForCausalLM$",
