@@ -77,6 +77,8 @@ def test_rows_and_statuses(pytester, fake_impl, monkeypatch):
     assert row["versions"]["torch"] and row["implementation"] == "fakeimpl"
     assert rows[("test_fail", "onnx")]["stage"] == "mismatch"
     assert rows[("test_error", "onnx")]["stage"] == "setup"
+    assert rows[("test_skip", "dynamo")]["message"] == "not today"  # a skip says why it gave no verdict
+    assert rows[("test_pass", "executorch")]["message"].startswith("unsupported: ")
     assert data["summary"]["pass"] == sum(r["status"] == "pass" for r in data["rows"])
     result.stdout.fnmatch_lines([
         "*= hfexport matrix =*",
