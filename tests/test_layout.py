@@ -141,3 +141,24 @@ def test_the_library_imports_nothing_of_its_judges(judge):
     """The library is the ground floor: the plugin's `export --check` reaches the CLI by entry point
     (hfexport/cli/checkers.py), the runtimes keep their own dtype tables (hfexport/runtime/dtypes.py)."""
     assert _imports_of("hfexport", judge) == [], f"hfexport imports {judge}"
+
+
+DOC_MAX_LINES, DOCS_MAX_TOTAL = 250, 1200  # issue 39: each page says what is true now, briefly
+
+
+def _over_budget(pages: dict[str, int]) -> list[str]:
+    """The doc pages over their budget, and the folder's total when that is over."""
+    over = [f"{name}: {n} lines > {DOC_MAX_LINES}" for name, n in pages.items() if n > DOC_MAX_LINES]
+    total = sum(pages.values())
+    return over + ([f"docs/ total {total} lines >= {DOCS_MAX_TOTAL}"] if total >= DOCS_MAX_TOTAL else [])
+
+
+def test_docs_stay_brief():
+    pages = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "docs").glob("*.md"))}
+    assert pages and not _over_budget(pages), _over_budget(pages)
+
+
+def test_the_docs_budget_sees_a_long_page_and_a_long_folder():
+    assert _over_budget({"a.md": 251}) == ["a.md: 251 lines > 250"]
+    assert _over_budget({f"{i}.md": 240 for i in range(5)}) == ["docs/ total 1200 lines >= 1200"]
+    assert _over_budget({f"{i}.md": 250 for i in range(4)} | {"e.md": 199}) == []
