@@ -148,8 +148,9 @@ class Recorder:
             row.message = (facts.get("message") or _first_line(report))[:300]
         if status in ("skip", "unsupported"):  # why no verdict: "not buildable: ...", "unsupported: ..."
             reason = _reason(report).removeprefix("Skipped: ")
-            row.message = reason[reason.find("unsupported: ") :] if status == "unsupported" else reason
-            row.message = row.message[:300]
+            if status == "unsupported":  # the exception's class name comes first in pytest's skip reason
+                reason = "unsupported: " + reason.partition("unsupported: ")[2]
+            row.message = reason[:300]
         if status in ("fail", "xfail") and not row.stage:
             row.stage = "test"  # failed outside any export stage (an assertion of the test itself)
         if status == "error" and not row.stage:
