@@ -244,7 +244,7 @@ DEFAULT_TIER: dict[tuple[str, str], set[str]] = {
     # Quantized exports: a decoder and an encoder-decoder by default, every entry in the slow tier.
     **{
         (f"quantization_{scheme}", backend): {"llama", "t5"}
-        for scheme in ("int8", "int4", "8da4w")
+        for scheme in ("int8", "int4", "8da4w", "8da8w")
         for backend in ("dynamo", "onnx", "executorch")
     },
 }

@@ -6,7 +6,7 @@ input set, from the saved artifact:
 * against eager running the same quantization, rebuilt by the judge from the scheme's definition
   (``pytest_hfexport.quantized_reference``), within the scheme's measured tolerance: the backend's float32 one
   where the artifact computes the same float arithmetic (``int8``, ``int4``), a measured one where the backend's
-  integer kernels round activations their own way (``8da4w`` on XNNPACK);
+  integer kernels round activations their own way (``8da4w`` and ``8da8w`` on XNNPACK);
 * against eager float32 by the first output's SQNR, which must reach the floor measured for this entry and scheme
   (what quantizing this model costs, less 3 dB; the models' weight scales differ too much for one floor per
   scheme: tiny T5's int4 logits sit at 2 dB, llama's at 19).
@@ -127,6 +127,38 @@ SQNR_FLOOR: dict[tuple[str, str], float] = {
     ("8da4w", "sweep_cohere"): 9,
     ("8da4w", "sweep_gpt_neox"): 11,
     ("8da4w", "sweep_olmo2"): 8,
+    ("8da8w", "llama"): 37,
+    ("8da8w", "qwen3"): 37,
+    ("8da8w", "qwen2"): 36,
+    ("8da8w", "mistral"): 37,
+    ("8da8w", "mistral_sliding"): 37,
+    ("8da8w", "qwen2_sliding"): 36,
+    ("8da8w", "phi3"): 37,
+    ("8da8w", "gemma3"): 29,
+    ("8da8w", "gemma3_mqa"): 29,
+    ("8da8w", "qwen3_moe"): 35,
+    ("8da8w", "mixtral"): 37,
+    ("8da8w", "gpt2"): 39,
+    ("8da8w", "mamba"): 25,
+    ("8da8w", "falcon_mamba"): 30,
+    ("8da8w", "bert"): 71,
+    ("8da8w", "roberta"): 68,
+    ("8da8w", "funnel"): 38,
+    ("8da8w", "siglip_classifier"): 33,
+    ("8da8w", "vit"): 54,
+    ("8da8w", "t5"): 1,
+    ("8da8w", "switch_transformers"): 30,
+    ("8da8w", "bart"): 25,
+    ("8da8w", "mbart"): 12,
+    ("8da8w", "whisper"): 25,
+    ("8da8w", "whisper_uneven"): 13,
+    ("8da8w", "vision_encoder_decoder"): 38,
+    ("8da8w", "sweep_gemma2"): 26,
+    ("8da8w", "sweep_cohere"): 29,
+    ("8da8w", "sweep_gpt_neox"): 35,
+    ("8da8w", "sweep_olmo2"): 31,
+    ("8da8w", "llava"): 33,
+    ("8da8w", "qwen2_vl"): 34,
 }
 
 
@@ -172,3 +204,4 @@ def _test_for(scheme: str):
 test_int8_export_matches_eager_int8 = _test_for("int8")
 test_int4_export_matches_eager_int4 = _test_for("int4")
 test_8da4w_export_matches_eager_8da4w = _test_for("8da4w")
+test_8da8w_export_matches_eager_8da8w = _test_for("8da8w")

@@ -234,7 +234,7 @@ class DynamoConfig(ExportConfigMixin, export_format=ExportFormat.DYNAMO):
     # (docs/performance.md), and export errors name the failing source line without them.
     stack_traces: bool = False
     # Weight quantization: a scheme of hfexport.quantization.SCHEMES ("int8" on every backend, "int4" for ONNX
-    # Runtime, "8da4w" for ExecuTorch XNNPACK), and its group size (None: the scheme's default).
+    # Runtime, "8da4w" and "8da8w" for ExecuTorch XNNPACK), and its group size (None: the scheme's default).
     quantization: str | None = None
     quantization_group_size: int | None = None
 

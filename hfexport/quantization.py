@@ -19,6 +19,10 @@ check the artifact exactly:
   ``Int8DynamicActivationIntxWeightConfig``: int4 symmetric weights per group of ``group_size``, int8
   asymmetric activations quantized per token at run time; XNNPACK runs it as integer kernels. ExecuTorch with
   the XNNPACK backend only.
+* ``8da8w``: as ``8da4w`` with int8 symmetric weights, one scale per output channel, on every ``nn.Linear``
+  (XNNPACK's qd8-f32-qc8w kernels). The fast 8-bit scheme on ExecuTorch: XNNPACK has no kernel for float
+  activations with int8 weights, so ``int8`` there converts each weight to float on every call, outside the
+  delegate.
 
 No scheme touches ``MultiheadAttention``'s ``out_proj`` (attention reads its weight, never calls it).
 """
@@ -120,42 +124,51 @@ def _int8_weights(model: Any, group_size: int | None) -> Iterator[int]:
             parent._modules[attribute] = linear
 
 
-@contextlib.contextmanager
-def _int8_dynamic_activations_int4_weights(model: Any, group_size: int | None) -> Iterator[int]:
-    """torchao's 8da4w on every ``nn.Linear`` whose input width ``group_size`` divides; each quantized layer's
-    original weight parameter goes back on exit (tied weights stay tied)."""
-    import torch
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
+def _int8_dynamic_activations(weight_bits: int) -> Callable[[Any, int | None], contextlib.AbstractContextManager[int]]:
+    """torchao's ``Int8DynamicActivationIntxWeightConfig`` with int``weight_bits`` weights: per group of
+    ``group_size`` on every ``nn.Linear`` whose input width it divides, or per output channel (group size None) on
+    every ``nn.Linear``. Each quantized layer's original weight parameter goes back on exit (tied weights stay
+    tied)."""
 
-    assert group_size is not None
-    linears = [linear for _, _, linear in _linears(model)]
-    chosen = {id(linear): linear for linear in linears if linear.in_features % group_size == 0}
-    names = {id(m): name for name, m in model.named_modules()}
-    left = sorted(names[id(linear)] for linear in linears if id(linear) not in chosen)
-    if left:
-        logger.info(
-            "8da4w: %d linear layers stay float (input width not a multiple of %d): %s",
-            len(left),
-            group_size,
-            ", ".join(left[:8]),
-        )
-    originals = {key: (linear, linear._parameters["weight"]) for key, linear in chosen.items()}
-    try:
-        with torch.no_grad():
-            quantize_(
-                model,
-                Int8DynamicActivationIntxWeightConfig(
-                    weight_dtype=torch.int4,  # type: ignore[attr-defined]
-                    weight_granularity=PerGroup(group_size),
-                ),
-                filter_fn=lambda module, fqn: id(module) in chosen,
+    @contextlib.contextmanager
+    def quantized(model: Any, group_size: int | None) -> Iterator[int]:
+        import torch
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+        from torchao.quantization.granularity import PerAxis, PerGroup
+
+        name = f"8da{weight_bits}w"
+        linears = [linear for _, _, linear in _linears(model)]
+        chosen = {
+            id(linear): linear for linear in linears if group_size is None or linear.in_features % group_size == 0
+        }
+        names = {id(m): module_name for module_name, m in model.named_modules()}
+        left = sorted(names[id(linear)] for linear in linears if id(linear) not in chosen)
+        if left:
+            logger.info(
+                "%s: %d linear layers stay float (input width not a multiple of %s): %s",
+                name,
+                len(left),
+                group_size,
+                ", ".join(left[:8]),
             )
-        yield len(chosen)
-    finally:
-        for linear, weight in originals.values():
-            linear._parameters["weight"] = weight
-            linear.__dict__.pop("extra_repr", None)  # torchao describes the quantized weight on the instance
+        originals = {key: (linear, linear._parameters["weight"]) for key, linear in chosen.items()}
+        try:
+            with torch.no_grad():
+                quantize_(
+                    model,
+                    Int8DynamicActivationIntxWeightConfig(
+                        weight_dtype=getattr(torch, f"int{weight_bits}"),
+                        weight_granularity=PerAxis(0) if group_size is None else PerGroup(group_size),
+                    ),
+                    filter_fn=lambda module, fqn: id(module) in chosen,
+                )
+            yield len(chosen)
+        finally:
+            for linear, weight in originals.values():
+                linear._parameters["weight"] = weight
+                linear.__dict__.pop("extra_repr", None)  # torchao describes the quantized weight on the instance
+
+    return quantized
 
 
 def _is_linear_call(node: Any) -> bool:
@@ -294,7 +307,17 @@ register_scheme(
         "int8 dynamic per-token activations, int4 symmetric weights per group (torchao), on XNNPACK",
         ("executorch",),
         32,
-        eager=_int8_dynamic_activations_int4_weights,
+        eager=_int8_dynamic_activations(4),
+        executorch_backends=("xnnpack",),
+    )
+)
+register_scheme(
+    QuantizationScheme(
+        "8da8w",
+        "int8 dynamic per-token activations, int8 symmetric weights per output channel (torchao), on XNNPACK",
+        ("executorch",),
+        None,
+        eager=_int8_dynamic_activations(8),
         executorch_backends=("xnnpack",),
     )
 )

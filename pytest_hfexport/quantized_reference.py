@@ -20,6 +20,9 @@ down here once. Every scheme quantizes ``nn.Linear`` layers only, never ``Multih
   value a float32 ulp below a half the other way. The weight scales the product uses are rounded to bfloat16,
   as XNNPACK's blockwise int4 kernels store them (with float32 scales eager is 2e-3 off the artifact on llama,
   with bfloat16 ones 9e-8).
+* ``8da8w``: every ``nn.Linear``: int8 weights with one symmetric scale per output channel, ``max|w| / 127.5``,
+  values in [-128, 127] (float32 scales: XNNPACK's qc8w kernels keep them so); its input quantized per token as
+  in ``8da4w``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ SCHEMES: dict[str, Scheme] = {
     "int8": Scheme(("dynamo", "onnx", "executorch"), None),
     "int4": Scheme(("onnx",), 32),
     "8da4w": Scheme(("executorch",), 32),
+    "8da8w": Scheme(("executorch",), None),
 }
 
 
@@ -111,6 +115,13 @@ def _int4_symmetric_groups(weight: Any, group_size: int) -> Any:
     return _unblock(q * scale.to(torch.bfloat16).to(weight.dtype), weight.shape, pad)
 
 
+def _int8_symmetric_per_channel(weight: Any) -> Any:
+    import torch
+
+    scale = (weight.abs().amax(dim=1, keepdim=True) / 127.5).clamp(min=torch.finfo(weight.dtype).eps)
+    return torch.round(weight * (1.0 / scale)).clamp(-128, 127) * scale
+
+
 def _int8_per_token_asymmetric(x: Any) -> Any:
     import torch
 
@@ -124,7 +135,8 @@ def _int8_per_token_asymmetric(x: Any) -> Any:
 
 def quantized_copy(model: Any, scheme: str, group_size: int | None = None) -> Any:
     """A copy of ``model`` computing ``scheme`` in eager: weights replaced by their dequantized values (the
-    original model untouched), and for ``8da4w`` each quantized layer's input fake-quantized per token."""
+    original model untouched), and for ``8da4w``/``8da8w`` each quantized layer's input fake-quantized per
+    token."""
     import torch
 
     if scheme not in SCHEMES:
@@ -142,15 +154,16 @@ def quantized_copy(model: Any, scheme: str, group_size: int | None = None) -> An
             continue
         done.add(id(module))
         weight = module.weight.detach()
-        if scheme == "int8" or size is None:
-            new = _int8_per_channel(weight)
+        if size is None:  # one scale per output channel
+            new = _int8_symmetric_per_channel(weight) if scheme == "8da8w" else _int8_per_channel(weight)
         elif scheme == "int4":
             new = _int4_matmul_nbits(weight, size)
         elif module.in_features % size == 0:
             new = _int4_symmetric_groups(weight, size)
-            module.register_forward_pre_hook(lambda m, args: (_int8_per_token_asymmetric(args[0]), *args[1:]))
         else:
             continue
+        if scheme.startswith("8da"):
+            module.register_forward_pre_hook(lambda m, args: (_int8_per_token_asymmetric(args[0]), *args[1:]))
         # A new parameter: a weight tied to an embedding stays float there, as the schemes quantize linears only.
         module.weight = torch.nn.Parameter(new.to(weight.dtype), requires_grad=False)
     return copied

@@ -63,6 +63,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "ignores_dim_ranges": ("dynamo", "test_explicit_dim_ranges and llama", {"shapes"}),
     "unchecked_dim_range": ("dynamo", "test_explicit_dim_ranges and llama", {"shapes"}),
     "quant_wrong_group_size": ("executorch", "test_8da4w and llama", {"quantization_8da4w"}),
+    "quant_activations_left_float": ("executorch", "test_8da8w and llama", {"quantization_8da8w"}),
     "quant_per_tensor_scale": ("dynamo", "test_int8 and llama", {"quantization_int8"}),
     "quant_layer_left_float": ("dynamo", "test_int8 and llama", {"quantization_int8"}),
 }

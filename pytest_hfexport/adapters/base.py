@@ -42,8 +42,8 @@ CAPABILITIES: dict[str, str] = {
     "the runtime wrote the cache",
     "decode_loop_in_place": "that loop has the runtime write the cache into memory the caller owns",
     "serve": "the model's own generate() with every component served by its artifact",
-    "quantization": "export with a config's weight quantization scheme (int8 on every backend, int4 on ONNX, 8da4w "
-    "on ExecuTorch; pytest_hfexport.quantized_reference defines each)",
+    "quantization": "export with a config's weight quantization scheme (int8 on every backend, int4 on ONNX, 8da4w and "
+    "8da8w on ExecuTorch; pytest_hfexport.quantized_reference defines each)",
     "config_dict": "configs round-trip through to_dict/from_dict and JSON",
     "registration": "register a new exporter and config so the Auto classes dispatch to them",
     "environment": "validate_environment: missing packages raise, drift warns",
