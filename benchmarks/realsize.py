@@ -20,7 +20,8 @@ hfexport: ``export_for_generation(model, inputs, config, generation_config=<stat
 ``quantization`` fields, decoded by ``hfexport.runtime.decode.decode_loop``. Specialists (specialists.py):
 onnxruntime-genai's model builder (-p fp32/int4/int8, CPU) and its Generator; ExecuTorch's export_llama
 (XNNPACK, custom SDPA + KV cache, fp32 / -qmode 8da4w or int8, group size 32) run by executorch.runtime, from a
-Meta-format copy of the checkpoint (converted once, not counted in its export time). dynamo has no specialist.
+Meta-format copy of the checkpoint (converted once, not counted in its export time). dynamo has no specialist,
+nor has 8da8w (export_llama's -qmode offers no 8da8w on XNNPACK; its int8 stores float32 weights).
 A precision whose hfexport config field does not exist yet, or any tool that fails, is reported as
 "unavailable: <reason>" and the rest still runs.
 
@@ -57,6 +58,7 @@ PRECISIONS: dict[str, dict[str, dict[str, Any]]] = {
     "int8": {backend: {"quantization": "int8"} for backend in BACKENDS},
     "int4": {"onnx": {"quantization": "int4", "quantization_group_size": GROUP_SIZE}},
     "8da4w": {"executorch": {"quantization": "8da4w", "quantization_group_size": GROUP_SIZE}},
+    "8da8w": {"executorch": {"quantization": "8da8w"}},
 }
 @dataclass
 class Run:
@@ -159,27 +161,33 @@ def hfexport_row(run: Run, backend: str, precision: str) -> Row:
         row.status = f"unavailable: {config_class.__name__} has no field {', '.join(missing)} yet"
         return row
     out = run.workdir / f"hfexport-{backend}-{precision}"
-    result = run.workdir / f"{out.name}.result.json"
-    spec_path = run.workdir / f"{out.name}.spec.json"
-    spec_path.write_text(
-        json.dumps(
-            {
-                "checkpoint": str(run.checkpoint),
-                "backend": backend,
-                "fields": fields,
-                "out": str(out),
-                "result": str(result),
-                "prompt": run.prompt.tolist(),
-                "cache": run.cache,
-            }
-        )
-    )
+    spec_path, result = export_spec(run, backend, fields, out)
 
     def load() -> Any:
         row.detail.update(json.loads(result.read_text()))
         return decode_loop(row.detail["artifact"], backend, max_cache_len=run.cache)
 
-    return measure(row, [sys.executable, __file__, "--export-child", str(spec_path)], out, load, run)
+    return measure(row, export_child_command(spec_path), out, load, run)
+
+
+def export_spec(run: Run, backend: str, fields: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """(the file that tells ``--export-child`` what to export and where, the file the child names its artifact in)."""
+    spec_path = run.workdir / f"{out.name}.spec.json"
+    spec = {
+        "checkpoint": str(run.checkpoint),
+        "backend": backend,
+        "fields": fields,
+        "out": str(out),
+        "result": str(run.workdir / f"{out.name}.result.json"),
+        "prompt": run.prompt.tolist(),
+        "cache": run.cache,
+    }
+    spec_path.write_text(json.dumps(spec))
+    return spec_path, Path(spec["result"])
+
+
+def export_child_command(spec_path: Path) -> list[str]:
+    return [sys.executable, __file__, "--export-child", str(spec_path)]
 
 
 def exporter_options(backend: str, cache: int) -> dict[str, Any]:
