@@ -6,6 +6,7 @@ Importing this package registers every built-in patch.
 from . import (  # noqa: F401  (register their patches)
     attention,
     contiguity,
+    delegate_attention,
     grad_mode,
     module_to,
     moe,

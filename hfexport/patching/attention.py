@@ -18,6 +18,7 @@ projection) comes in that layout, and its multi-token decode graph guarded
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -95,6 +96,7 @@ def _grouped_query_sdpa(
     groups: int,
     dropout: float,
     scaling: float | None,
+    reuse_key: tuple | None = None,
 ) -> torch.Tensor:
     """Grouped-query attention without repeating the KV heads: the ``groups`` query heads that share a KV
     head are stacked along the query axis ([batch, kv_heads, groups * query, head_dim]) and attend that KV
@@ -108,13 +110,39 @@ def _grouped_query_sdpa(
     q_len, kv_heads = query.shape[2], key.shape[1]
     stacked = query.unflatten(1, (kv_heads, groups)).permute(0, 2, 3, 1, 4)  # [b, g, q, kv, d]
     stacked = stacked.clone(memory_format=torch.contiguous_format).flatten(1, 2).transpose(1, 2)
-    if mask is not None:
-        mask = _tile_mask_rows(mask, groups)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        stacked, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=False
+    out = ATTEND(
+        stacked,
+        key,
+        value,
+        lambda: None if mask is None else _tile_mask_rows(mask, groups),
+        dropout,
+        scaling,
+        reuse_key,
     )  # [b, kv, g * q, d]
     out = out.unflatten(2, (groups, q_len)).permute(0, 3, 1, 2, 4)  # [b, q, kv, g, d]
     return out.clone(memory_format=torch.contiguous_format).flatten(2, 3)
+
+
+def _sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    lay_out_mask: Callable[[], torch.Tensor | None],
+    dropout: float,
+    scaling: float | None,
+    reuse_key: tuple | None,
+) -> torch.Tensor:
+    """torch's SDPA over [batch, heads, query, head_dim] tensors. ``lay_out_mask()`` gives the mask in this
+    call's layout; ``reuse_key`` (the mask transformers passed, the key length, the query-head groups) is the
+    same for every layer that gets the same mask laid out the same way: a backend's ``ATTEND`` may derive
+    what it needs from the mask once per forward (``hfexport/patching/delegate_attention.py``)."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=lay_out_mask(), dropout_p=dropout, scale=scaling, is_causal=False
+    )
+
+
+# The attention product every exported SDPA call goes through: a backend's patch may swap it.
+ATTEND: Callable[..., torch.Tensor] = _sdpa
 
 
 def _with_position_bias(position_bias: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
@@ -152,6 +180,7 @@ def export_sdpa_factory(original):
                 **kwargs,
             )
         groups = query.shape[1] // key.shape[1]
+        given = attention_mask
         if attention_mask is None and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
             q_len, kv_len = query.shape[2], key.shape[2]
             rows = torch.arange(q_len, device=query.device)[:, None] + (kv_len - q_len)
@@ -161,14 +190,17 @@ def export_sdpa_factory(original):
         position_bias = kwargs.get("position_bias")
         if position_bias is not None:
             attention_mask = _with_position_bias(position_bias, attention_mask, query.dtype)
-        if groups > 1 and _foldable_mask(attention_mask):
-            return _grouped_query_sdpa(query, key, value, attention_mask, groups, dropout, scaling), None
+        fold = groups > 1 and _foldable_mask(attention_mask)
+        # Layers given the same mask object, cut to the same static key length and folded alike, lay it out alike.
+        reusable = given is not None and position_bias is None and isinstance(key.shape[-2], int)
+        reuse_key = (given, key.shape[-2], groups if fold else 1) if reusable else None
+        if fold:
+            return _grouped_query_sdpa(query, key, value, attention_mask, groups, dropout, scaling, reuse_key), None
         query = _query_major(query)
         key = _expand_kv(key, groups)
         value = _expand_kv(value, groups)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False
-        )
+        mask = attention_mask
+        out = ATTEND(query, key, value, lambda: mask, dropout, scaling, reuse_key)
         # A copy, not contiguous(): the fake SDPA output has the CPU flash kernel's [batch, query, heads, dim]
         # memory, so contiguous() would be traced as a no-op and the caller's reshape as a view, but the kernel
         # picked at run time may return [batch, heads, query, dim] memory (t5's position-bias mask), where
