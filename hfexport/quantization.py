@@ -14,7 +14,9 @@ check the artifact exactly:
   folded into a constant; the nodes' module metadata says which) as ONNX Runtime's ``MatMulNBits``: 4-bit blocks
   of ``group_size`` along the input axis, symmetric (``scale = v / -8`` for the block's largest-magnitude value
   ``v``, ``q = clamp(round(w / scale), -8, 7)``; a last partial block is padded with zeros), float activations;
-  quantized by onnxruntime's own kernel. ONNX only.
+  quantized by onnxruntime's own kernel. Every ``nn.Embedding`` table too, in the same blocks along its width:
+  each lookup becomes ``GatherBlockQuantized``, and a table tied to the head reads the head's int4 weight, so the
+  artifact holds it once. ONNX only.
 * ``8da4w``: every ``nn.Linear`` whose input width the group size divides, through torchao's
   ``Int8DynamicActivationIntxWeightConfig``: int4 symmetric weights per group of ``group_size``, int8
   asymmetric activations quantized per token at run time; XNNPACK runs it as integer kernels. ExecuTorch with
@@ -216,35 +218,182 @@ def _constant_weight(node: Any) -> Any:
     return array
 
 
+def _is_embedding_lookup(node: Any) -> bool:
+    """Whether an ONNX node is an ``nn.Embedding`` module's own ``aten.embedding`` (its metadata's innermost
+    module class is ``nn.Embedding`` or a subclass of it, such as Gemma's scaled embedding)."""
+    import ast
+
+    hierarchy = node.metadata_props.get("pkg.torch.onnx.class_hierarchy")
+    if not hierarchy:
+        return False
+    classes = ast.literal_eval(hierarchy)
+    return len(classes) >= 2 and classes[-1].startswith("aten.embedding") and _names_an_embedding(classes[-2])
+
+
+@functools.cache
+def _names_an_embedding(class_path: str) -> bool:
+    import pydoc
+
+    import torch
+
+    found = pydoc.locate(class_path)
+    return isinstance(found, type) and issubclass(found, torch.nn.Embedding)
+
+
+@dataclass(frozen=True)
+class _Int4Table:
+    """A [N, K] float table (a linear layer's weight, out x in; an embedding's, rows x width) in MatMulNBits's
+    layout: ``packed`` uint8 [N, blocks, block_size / 2] (two values a byte, zero point 8; a lookup reads it as
+    [N, blocks * block_size / 2]), ``scales`` [N, blocks]. ``MatMulNBits`` and ``GatherBlockQuantized`` read the
+    same two initializers."""
+
+    packed: Any  # ir.Value
+    scales: Any  # ir.Value
+    k: int
+    n: int
+    blocks: int
+
+
+def _quantize_4bits(weight_k_by_n: Any, group_size: int) -> tuple[Any, Any]:
+    """onnxruntime's own blockwise symmetric int4 of ``weight_k_by_n`` ([K, N] float32, blocks of ``group_size``
+    along K, a last partial block padded with zeros): packed [N, blocks, group_size / 2] uint8 (two values a
+    byte, low nibble first, zero point 8) and scales [N, blocks]."""
+    import numpy as np
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    k, n = weight_k_by_n.shape
+    blocks = -(-k // group_size)
+    padded = (
+        np.pad(weight_k_by_n, ((0, blocks * group_size - k), (0, 0))) if blocks * group_size != k else weight_k_by_n
+    )
+    packed = np.zeros((n, blocks, group_size // 2), dtype=np.uint8)
+    scales = np.zeros((n, blocks), dtype=np.float32)
+    zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
+    quantize_matmul_4bits(
+        packed, np.ascontiguousarray(padded, dtype=np.float32), scales, zero_points, group_size, n, k, True
+    )
+    return packed, scales
+
+
+def _dequantize_4bits(packed: Any, scales: Any, k: int) -> Any:
+    """The [N, K] float32 values ``_quantize_4bits`` stands for: what ``MatMulNBits`` and ``GatherBlockQuantized``
+    compute with."""
+    import numpy as np
+
+    n, blocks, _ = packed.shape
+    values = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, blocks, -1).astype(np.float32) - 8
+    return (values * scales[:, :, None]).reshape(n, -1)[:, :k]
+
+
+@contextlib.contextmanager
+def _int4_embedding_tables(model: Any, group_size: int | None) -> Iterator[int]:
+    """Every ``nn.Embedding`` table becomes a new parameter holding its int4 values (dequantized, computed by
+    onnxruntime's own kernel) for the trace, in every module that holds it (a tied head too, so ties stay
+    ties); the original parameters go back on exit. The graph pass then stores the lookups' tables in int4; this
+    makes the lookups the ONNX optimizer folds into constants (a table read at fixed positions, as SigLIP's) and
+    model code that reads a table itself compute with the same values. A new parameter, not new values in
+    place: the exported program keeps the parameters it traced, and is lowered after this context ends."""
+    import torch
+
+    assert group_size is not None
+    holders: dict[int, list[tuple[Any, str]]] = {}
+    for module in model.modules():
+        for name, parameter in module._parameters.items():
+            if parameter is not None:
+                holders.setdefault(id(parameter), []).append((module, name))
+    swapped: list[tuple[Any, str, Any]] = []
+    tables = 0
+    try:
+        for module in model.modules():
+            weight = module._parameters.get("weight") if isinstance(module, torch.nn.Embedding) else None
+            if weight is None or not weight.is_floating_point() or id(weight) not in holders:
+                continue  # not a float table, or one swapped already through a module that shares it
+            table = weight.detach().to(torch.float32).cpu().numpy()
+            packed, scales = _quantize_4bits(table.T, group_size)
+            values = torch.from_numpy(_dequantize_4bits(packed, scales, table.shape[1]))
+            replacement = torch.nn.Parameter(values.to(dtype=weight.dtype, device=weight.device), weight.requires_grad)
+            for holder, name in holders.pop(id(weight)):
+                holder._parameters[name] = replacement
+                swapped.append((holder, name, weight))
+            tables += 1
+        logger.info("int4: %d embedding tables quantized for the trace", tables)
+        yield tables
+    finally:
+        for holder, name, weight in reversed(swapped):
+            holder._parameters[name] = weight
+
+
+def _int4_table(graph: Any, name: str, weight_k_by_n: Any, group_size: int, *, for_gather: bool) -> _Int4Table:
+    """Quantize ``weight_k_by_n`` ([K, N], blocks of ``group_size`` along K, symmetric) with onnxruntime's own
+    kernel, and register the packed weight and its scales as initializers of ``graph``. The packed weight is
+    [N, blocks, block_size / 2] as ``MatMulNBits`` requires, or [N, blocks * block_size / 2] ``for_gather``."""
+    import onnx_ir as ir
+
+    k, n = weight_k_by_n.shape
+    blocks = -(-k // group_size)
+    packed, scales = _quantize_4bits(weight_k_by_n, group_size)
+    packed_value = ir.Value(
+        name=f"{name}_q4", const_value=ir.Tensor(packed.reshape(n, -1) if for_gather else packed, name=f"{name}_q4")
+    )
+    scales_value = ir.Value(name=f"{name}_q4_scales", const_value=ir.Tensor(scales, name=f"{name}_q4_scales"))
+    graph.register_initializer(packed_value)
+    graph.register_initializer(scales_value)
+    return _Int4Table(packed_value, scales_value, k, n, blocks)
+
+
+def _replace(graph: Any, node: Any, replacements: list[Any]) -> None:
+    """Put ``replacements`` (the last one computes the node's output) in the place of ``node``."""
+    import onnx_ir as ir
+
+    out, last = node.outputs[0], replacements[-1].outputs[0]
+    last.shape, last.type = out.shape, out.type
+    ir.convenience.replace_nodes_and_values(graph, node, [node], replacements, node.outputs, [last])
+
+
+def _moves_first_axis_last(node: Any) -> Any:
+    """The one consumer of ``node``'s output if it is a Transpose that moves axis 0 last, else None."""
+    output = node.outputs[0]
+    if output.is_graph_output() or len(output.uses()) != 1:
+        return None
+    consumer = next(iter(output.uses())).node
+    if consumer.domain not in ("", "ai.onnx") or consumer.op_type != "Transpose":
+        return None
+    perm = consumer.attributes.get_ints("perm")
+    return consumer if perm is not None and list(perm) == [*range(1, len(perm)), 0] else None
+
+
+def _drop_if_unused(graph: Any, value: Any) -> None:
+    if not value.uses():
+        graph.initializers.pop(value.name, None)
+
+
 def quantize_onnx_int4(model: Any, group_size: int) -> int:
     """Replace each ``nn.Linear`` call (a MatMul, or a Gemm for 2-D inputs, whose weight is a constant 2-D
     float32 initializer) by ``MatMulNBits`` (4 bits, symmetric, blocks of ``group_size`` along K), quantized by
-    onnxruntime's own kernel; a Gemm's bias becomes the node's bias input. Returns the count."""
-    import numpy as np
+    onnxruntime's own kernel; a Gemm's bias becomes the node's bias input. Then each embedding lookup by
+    ``GatherBlockQuantized`` over the same layout (blocks along the embedding width): an ``nn.Embedding``'s
+    ``Gather`` on its table, and a ``Gather`` on a quantized linear weight's output axis, which is how the ONNX
+    optimizer leaves a table tied to the head; that one reads the head's initializers, so the artifact holds the
+    tied table once, in int4. Returns the count of linear layers and lookups quantized."""
     import onnx_ir as ir
-    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
 
     graph = model.graph
     count = 0
+    # initializer name -> (its int4 table, the axis of the initializer that is N: 1 for MatMul's [K, N], 0 for a
+    # transposed Gemm weight)
+    tables: dict[str, tuple[_Int4Table, int]] = {}
     for node in list(graph):
         array = _constant_weight(node) if _is_linear_call(node) else None
         if array is None:
             continue
         weight = node.inputs[1]
-        k, n = array.shape
-        blocks = -(-k // group_size)
-        padded = np.pad(array, ((0, blocks * group_size - k), (0, 0))) if blocks * group_size != k else array
-        packed = np.zeros((n, blocks, group_size // 2), dtype=np.uint8)
-        scales = np.zeros((n, blocks), dtype=np.float32)
-        zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
-        quantize_matmul_4bits(packed, np.ascontiguousarray(padded), scales, zero_points, group_size, n, k, True)
-        packed_value = ir.Value(name=f"{weight.name}_q4", const_value=ir.Tensor(packed, name=f"{weight.name}_q4"))
-        scales_value = ir.Value(
-            name=f"{weight.name}_q4_scales", const_value=ir.Tensor(scales.reshape(-1), name=f"{weight.name}_q4_scales")
-        )
-        graph.register_initializer(packed_value)
-        graph.register_initializer(scales_value)
-        inputs = [node.inputs[0], packed_value, scales_value]
+        transposed = node.op_type == "Gemm" and bool(node.attributes.get_int("transB", 0))
+        if weight.name in tables:
+            table = tables[weight.name][0]
+        else:
+            table = _int4_table(graph, weight.name, array, group_size, for_gather=False)
+            tables[weight.name] = (table, 0 if transposed else 1)
+        inputs = [node.inputs[0], table.packed, table.scales]
         bias = node.inputs[2] if node.op_type == "Gemm" and len(node.inputs) > 2 else None
         if bias is not None:
             inputs += [None, None, bias]  # zero points and g_idx absent
@@ -253,24 +402,88 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
             "MatMulNBits",
             inputs=inputs,
             attributes=[
-                ir.AttrInt64("K", k),
-                ir.AttrInt64("N", n),
+                ir.AttrInt64("K", table.k),
+                ir.AttrInt64("N", table.n),
                 ir.AttrInt64("bits", 4),
                 ir.AttrInt64("block_size", group_size),
             ],
             name=f"{node.name}_q4",
             metadata_props=dict(node.metadata_props),  # the module scopes: the locator still names the layer
         )
-        out = node.outputs[0]
-        replacement.outputs[0].shape, replacement.outputs[0].type = out.shape, out.type
-        ir.convenience.replace_nodes_and_values(graph, node, [node], [replacement], node.outputs, replacement.outputs)
-        if not weight.uses():
-            graph.initializers.pop(weight.name, None)
+        _replace(graph, node, [replacement])
+        _drop_if_unused(graph, weight)
         count += 1
-    if count:
+    lookups = 0
+    for node in list(graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type != "Gather":
+            continue
+        table_value, axis = node.inputs[0], node.attributes.get_int("axis", 0)
+        if table_value is None or not table_value.is_initializer() or table_value.const_value is None:
+            continue
+        shared = tables.get(table_value.name)
+        if shared is not None and axis == shared[1]:
+            table = shared[0]
+        elif axis == 0 and _is_embedding_lookup(node):
+            array = table_value.const_value.numpy()
+            if array.ndim != 2 or array.dtype.name != "float32":
+                continue
+            table = _int4_table(graph, table_value.name, array.T, group_size, for_gather=True)
+        else:
+            continue
+        replacements, packed = [], table.packed
+        if len(packed.const_value.shape) == 3:  # the head's weight: its rows as one run of bytes each
+            shape = ir.Value(
+                name=f"{node.name}_q4_rows",
+                const_value=ir.tensor([table.n, table.blocks * group_size // 2], dtype=ir.DataType.INT64),
+            )
+            graph.register_initializer(shape)
+            replacements.append(ir.Node("", "Reshape", inputs=[packed, shape], name=f"{node.name}_q4_rows"))
+            packed = replacements[-1].outputs[0]
+        gathered = ir.Node(
+            "com.microsoft",
+            "GatherBlockQuantized",
+            inputs=[packed, node.inputs[1], table.scales],
+            attributes=[
+                ir.AttrInt64("bits", 4),
+                ir.AttrInt64("block_size", group_size),
+                ir.AttrInt64("gather_axis", 0),
+                ir.AttrInt64("quantize_axis", 1),
+            ],
+            name=f"{node.name}_q4",
+            metadata_props=dict(node.metadata_props),
+        )
+        replacements.append(gathered)
+        replaced = node
+        if axis == 1:  # the optimizer's Gather of columns gives [K, *indices]; GatherBlockQuantized [*indices, K]
+            following = _moves_first_axis_last(node)
+            if following is None:
+                logger.info("int4: lookup %s left float: its columns are not transposed back", node.name)
+                continue
+            replaced = following
+        if table.blocks * group_size != table.k:  # rows come back padded to whole blocks: cut to the width
+            bounds = [
+                ir.Value(name=f"{node.name}_q4_{part}", const_value=ir.tensor([value], dtype=ir.DataType.INT64))
+                for part, value in (("start", 0), ("end", table.k), ("axis", -1))
+            ]
+            for bound in bounds:
+                graph.register_initializer(bound)
+            replacements.append(
+                ir.Node("", "Slice", inputs=[gathered.outputs[0], *bounds], name=f"{node.name}_q4_width")
+            )
+        _replace(graph, replaced, replacements)
+        if replaced is not node:
+            graph.remove(node, safe=True)
+        _drop_if_unused(graph, table_value)
+        lookups += 1
+    if count or lookups:
         model.opset_imports.setdefault("com.microsoft", 1)
-    logger.info("int4: %d linear layers quantized to MatMulNBits (block %d)", count, group_size)
-    return count
+    logger.info(
+        "int4: %d linear layers to MatMulNBits, %d embedding lookups to GatherBlockQuantized (block %d)",
+        count,
+        lookups,
+        group_size,
+    )
+    return count + lookups
 
 
 SCHEMES: dict[str, QuantizationScheme] = {}
@@ -295,9 +508,11 @@ register_scheme(
 register_scheme(
     QuantizationScheme(
         "int4",
-        "ONNX Runtime MatMulNBits: int4 symmetric weight blocks of group_size along the input axis; float activations",
+        "ONNX Runtime MatMulNBits and GatherBlockQuantized: int4 symmetric blocks of group_size along the input "
+        "axis of every linear weight and the width of every embedding table; float activations",
         ("onnx",),
         32,
+        eager=_int4_embedding_tables,
         onnx_graph=quantize_onnx_int4,
     )
 )

@@ -4,7 +4,7 @@ A quantized artifact is checked twice: exactly (within a measured tolerance) aga
 quantization, which this module computes from each scheme's definition without the implementation's code, and
 against eager float32 by the logits' signal-to-quantization-noise ratio (SQNR, in dB). The schemes
 (``SCHEMES``: the backends each applies to, and its default group size) are the API's contract, written
-down here once. Every scheme quantizes ``nn.Linear`` layers only, never ``MultiheadAttention``'s ``out_proj``
+down here once. Every scheme quantizes ``nn.Linear`` layers, never ``MultiheadAttention``'s ``out_proj``
 (a ``NonDynamicallyQuantizableLinear`` whose weight attention reads itself):
 
 * ``int8``: every ``nn.Linear`` weight rounded to int8 with one symmetric scale per output channel
@@ -12,7 +12,8 @@ down here once. Every scheme quantizes ``nn.Linear`` layers only, never ``Multih
 * ``int4``: ONNX Runtime's ``MatMulNBits``: every ``nn.Linear`` weight in blocks of ``group_size`` along the
   input axis (a last partial block padded with zeros), symmetric 4 bits with ``scale = v / -8`` for the
   block's largest-magnitude value ``v``, values clamped to [-8, 7] as MLAS rounds them (``_int4_matmul_nbits``);
-  float activations.
+  float activations. Every ``nn.Embedding`` table too, in the same blocks along its width
+  (``GatherBlockQuantized``): the one scheme that quantizes embeddings, as a tied table is the head's weight.
 * ``8da4w``: every ``nn.Linear`` whose input width ``group_size`` divides: int4 weights per group with the
   symmetric scale ``max|w| / 7.5``, values in [-8, 7]; its input quantized at run time per token to int8,
   asymmetric (``scale = (max(x, 0) - min(x, 0)) / 255``, zero point ``-128 - round(min(x, 0) / scale)``).
@@ -164,8 +165,15 @@ def quantized_copy(model: Any, scheme: str, group_size: int | None = None) -> An
             continue
         if scheme.startswith("8da"):
             module.register_forward_pre_hook(lambda m, args: (_int8_per_token_asymmetric(args[0]), *args[1:]))
-        # A new parameter: a weight tied to an embedding stays float there, as the schemes quantize linears only.
+        # A new parameter: a weight tied to an embedding is the embedding's own business (below).
         module.weight = torch.nn.Parameter(new.to(weight.dtype), requires_grad=False)
+    if scheme == "int4" and size is not None:
+        for module in copied.modules():
+            if isinstance(module, torch.nn.Embedding) and module.weight.is_floating_point() and id(module) not in done:
+                done.add(id(module))
+                weight = module.weight.detach()
+                new = _int4_matmul_nbits(weight, size).to(weight.dtype)
+                module.weight = torch.nn.Parameter(new, requires_grad=False)
     return copied
 
 

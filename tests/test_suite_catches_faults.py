@@ -66,6 +66,7 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
     "quant_activations_left_float": ("executorch", "test_8da8w and llama", {"quantization_8da8w"}),
     "quant_per_tensor_scale": ("dynamo", "test_int8 and llama", {"quantization_int8"}),
     "quant_layer_left_float": ("dynamo", "test_int8 and llama", {"quantization_int8"}),
+    "quant_embedding_left_float": ("onnx", "test_int4 and llama", {"quantization_int4"}),
 }
 
 

@@ -148,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--quantize",
         metavar="SCHEME",
-        help="weight quantization: int8 (every format), int4 (onnx: MatMulNBits), 8da4w or 8da8w (executorch: "
-        "XNNPACK); docs/quantization.md",
+        help="weight quantization: int8 (every format), int4 (onnx: MatMulNBits, embeddings too), 8da4w or 8da8w "
+        "(executorch: XNNPACK); docs/quantization.md",
     )
     ex.add_argument("--group-size", type=_positive_int, help="quantization group size (default: the scheme's, 32)")
     ex.add_argument("--opset", type=int, help="ONNX opset (default: the newest the installed onnxscript supports)")
