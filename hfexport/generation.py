@@ -38,6 +38,7 @@ from .decode_calls import (
 )
 from .errors import HfExportError
 from .patching import apply_patches
+from .quantization import tables_shared
 from .shapes import widen_batch
 
 logger = logging.getLogger(__name__)
@@ -297,11 +298,12 @@ def export_components(
     components = decompose_for_generation(model, sample, generation_config, multi_token_decode)
     configs = _configs_by_component(exporter, list(components), config)
     programs: dict[str, Any] = {}
-    for name, (module, kwargs) in components.items():
-        try:
-            programs[name] = exporter.export(module, kwargs, config=configs[name])
-        except HfExportError as exc:
-            raise HfExportError(str(exc), stage=exc.stage, component=name) from exc
-        except Exception as exc:
-            raise HfExportError(f"{type(exc).__name__}: {exc}", stage="export", component=name) from exc
+    with tables_shared():  # prefill and decode hold one copy of each table quantized for the trace
+        for name, (module, kwargs) in components.items():
+            try:
+                programs[name] = exporter.export(module, kwargs, config=configs[name])
+            except HfExportError as exc:
+                raise HfExportError(str(exc), stage=exc.stage, component=name) from exc
+            except Exception as exc:
+                raise HfExportError(f"{type(exc).__name__}: {exc}", stage="export", component=name) from exc
     return programs

@@ -32,6 +32,7 @@ No scheme touches ``MultiheadAttention``'s ``out_proj`` (attention reads its wei
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -285,6 +286,24 @@ def _dequantize_4bits(packed: Any, scales: Any, k: int) -> Any:
     return (values * scales[:, :, None]).reshape(n, -1)[:, :k]
 
 
+# Tables quantized for one trace, kept for the next trace of the same model while ``tables_shared()`` is open (the
+# components of one export_for_generation): one copy of each table in memory instead of one per component program.
+_SHARED_TABLES: contextvars.ContextVar[dict[tuple[int, int, int], tuple[Any, Any]] | None] = contextvars.ContextVar(
+    "hfexport_shared_int4_tables", default=None
+)
+
+
+@contextlib.contextmanager
+def tables_shared() -> Iterator[None]:
+    """Within this context, the exports of one model share the tables a scheme quantizes for the trace (keyed by
+    the parameter itself and its version: a table changed in place is quantized again); they are let go on exit."""
+    token = _SHARED_TABLES.set({})
+    try:
+        yield
+    finally:
+        _SHARED_TABLES.reset(token)
+
+
 @contextlib.contextmanager
 def _int4_embedding_tables(model: Any, group_size: int | None) -> Iterator[int]:
     """Every ``nn.Embedding`` table becomes a new parameter holding its int4 values (dequantized, computed by
@@ -296,6 +315,7 @@ def _int4_embedding_tables(model: Any, group_size: int | None) -> Iterator[int]:
     import torch
 
     assert group_size is not None
+    shared = _SHARED_TABLES.get()
     holders: dict[int, list[tuple[Any, str]]] = {}
     for module in model.modules():
         for name, parameter in module._parameters.items():
@@ -308,10 +328,17 @@ def _int4_embedding_tables(model: Any, group_size: int | None) -> Iterator[int]:
             weight = module._parameters.get("weight") if isinstance(module, torch.nn.Embedding) else None
             if weight is None or not weight.is_floating_point() or id(weight) not in holders:
                 continue  # not a float table, or one swapped already through a module that shares it
-            table = weight.detach().to(torch.float32).cpu().numpy()
-            packed, scales = _quantize_4bits(table.T, group_size)
-            values = torch.from_numpy(_dequantize_4bits(packed, scales, table.shape[1]))
-            replacement = torch.nn.Parameter(values.to(dtype=weight.dtype, device=weight.device), weight.requires_grad)
+            key = (id(weight), weight._version, group_size)
+            known = shared.get(key) if shared is not None else None
+            if known is not None and known[0] is weight:
+                replacement = known[1]
+            else:
+                table = weight.detach().to(torch.float32).cpu().numpy()
+                packed, scales = _quantize_4bits(table.T, group_size)
+                values = torch.from_numpy(_dequantize_4bits(packed, scales, table.shape[1]))
+                replacement = torch.nn.Parameter(values.to(weight.dtype).to(weight.device), weight.requires_grad)
+                if shared is not None:
+                    shared[key] = (weight, replacement)
             for holder, name in holders.pop(id(weight)):
                 holder._parameters[name] = replacement
                 swapped.append((holder, name, weight))
@@ -327,18 +354,22 @@ def _int4_table(graph: Any, name: str, weight_k_by_n: Any, group_size: int, *, f
     """Quantize ``weight_k_by_n`` ([K, N], blocks of ``group_size`` along K, symmetric) with onnxruntime's own
     kernel, and register the packed weight and its scales as initializers of ``graph``. The packed weight is
     [N, blocks, block_size / 2] as ``MatMulNBits`` requires, or [N, blocks * block_size / 2] ``for_gather``."""
-    import onnx_ir as ir
 
     k, n = weight_k_by_n.shape
     blocks = -(-k // group_size)
     packed, scales = _quantize_4bits(weight_k_by_n, group_size)
-    packed_value = ir.Value(
-        name=f"{name}_q4", const_value=ir.Tensor(packed.reshape(n, -1) if for_gather else packed, name=f"{name}_q4")
-    )
-    scales_value = ir.Value(name=f"{name}_q4_scales", const_value=ir.Tensor(scales, name=f"{name}_q4_scales"))
-    graph.register_initializer(packed_value)
-    graph.register_initializer(scales_value)
-    return _Int4Table(packed_value, scales_value, k, n, blocks)
+    packed_value = _initializer(graph, f"{name}_q4", packed.reshape(n, -1) if for_gather else packed)
+    return _Int4Table(packed_value, _initializer(graph, f"{name}_q4_scales", scales), k, n, blocks)
+
+
+def _initializer(graph: Any, name: str, array: Any) -> Any:
+    """Register ``array`` (numpy) as an initializer of ``graph``, its type and shape on the value."""
+    import onnx_ir as ir
+
+    tensor = ir.Tensor(array, name=name)
+    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+    graph.register_initializer(value)
+    return value
 
 
 def _replace(graph: Any, node: Any, replacements: list[Any]) -> None:
@@ -375,6 +406,7 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
     ``Gather`` on its table, and a ``Gather`` on a quantized linear weight's output axis, which is how the ONNX
     optimizer leaves a table tied to the head; that one reads the head's initializers, so the artifact holds the
     tied table once, in int4. Returns the count of linear layers and lookups quantized."""
+    import numpy as np
     import onnx_ir as ir
 
     graph = model.graph
@@ -430,14 +462,16 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
             table = _int4_table(graph, table_value.name, array.T, group_size, for_gather=True)
         else:
             continue
+        replaced = node
+        if axis == 1:  # the optimizer's Gather of columns gives [K, *indices]; GatherBlockQuantized [*indices, K]
+            replaced = _moves_first_axis_last(node)
+            if replaced is None:
+                logger.info("int4: lookup %s left float: its columns are not transposed back", node.name)
+                continue
         replacements, packed = [], table.packed
         if len(packed.const_value.shape) == 3:  # the head's weight: its rows as one run of bytes each
-            shape = ir.Value(
-                name=f"{node.name}_q4_rows",
-                const_value=ir.tensor([table.n, table.blocks * group_size // 2], dtype=ir.DataType.INT64),
-            )
-            graph.register_initializer(shape)
-            replacements.append(ir.Node("", "Reshape", inputs=[packed, shape], name=f"{node.name}_q4_rows"))
+            rows = _initializer(graph, f"{node.name}_q4_rows", np.array([table.n, -1], dtype=np.int64))
+            replacements.append(ir.Node("", "Reshape", inputs=[packed, rows], name=f"{node.name}_q4_rows"))
             packed = replacements[-1].outputs[0]
         gathered = ir.Node(
             "com.microsoft",
@@ -453,20 +487,11 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
             metadata_props=dict(node.metadata_props),
         )
         replacements.append(gathered)
-        replaced = node
-        if axis == 1:  # the optimizer's Gather of columns gives [K, *indices]; GatherBlockQuantized [*indices, K]
-            following = _moves_first_axis_last(node)
-            if following is None:
-                logger.info("int4: lookup %s left float: its columns are not transposed back", node.name)
-                continue
-            replaced = following
         if table.blocks * group_size != table.k:  # rows come back padded to whole blocks: cut to the width
             bounds = [
-                ir.Value(name=f"{node.name}_q4_{part}", const_value=ir.tensor([value], dtype=ir.DataType.INT64))
+                _initializer(graph, f"{node.name}_q4_{part}", np.array([value], dtype=np.int64))
                 for part, value in (("start", 0), ("end", table.k), ("axis", -1))
             ]
-            for bound in bounds:
-                graph.register_initializer(bound)
             replacements.append(
                 ir.Node("", "Slice", inputs=[gathered.outputs[0], *bounds], name=f"{node.name}_q4_width")
             )

@@ -53,14 +53,15 @@ def test_an_untied_embedding_keeps_both_matrices():
     assert len(vocabulary_matrices(export(llama(tied=False)))) == 2
 
 
-def test_a_tied_int4_export_keeps_the_float_embedding_and_serves_the_quantized_head():
-    """int4 replaces the head's MatMul by MatMulNBits on its own packed copy; the embedding still reads the float
-    matrix, which must survive the quantizer."""
+def test_a_tied_int4_export_looks_up_the_quantized_head_and_keeps_no_float_matrix():
+    """int4 replaces the head's MatMul by MatMulNBits and the lookup by GatherBlockQuantized on the same packed
+    weight: the vocabulary matrices left are that weight and its scales, and the program still serves logits."""
     model = llama(tied=True)
     ids = torch.randint(0, VOCAB, (1, 6))
     program = OnnxExporter().export(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
                                     OnnxConfig(dynamic=True, quantization="int4"))
-    assert len(vocabulary_matrices(program)) == 1
+    initializers = program.model.graph.initializers
+    assert sorted(str(initializers[n].dtype) for n in vocabulary_matrices(program)) == ["FLOAT", "UINT8"]
     session = ort.InferenceSession(program.model_proto.SerializeToString())
     (got,) = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": np.ones((1, 6), np.int64)})
     assert np.isfinite(got).all() and got.shape == (1, 6, VOCAB)
