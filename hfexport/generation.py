@@ -37,8 +37,8 @@ from .decode_calls import (
     static_decode_call,
 )
 from .errors import HfExportError
+from .onnx_int4 import tables_shared
 from .patching import apply_patches
-from .quantization import tables_shared
 from .shapes import widen_batch
 
 logger = logging.getLogger(__name__)

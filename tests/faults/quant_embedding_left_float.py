@@ -6,6 +6,7 @@ from unittest import mock
 
 from faults._base import each_backend, with_faults
 
+import hfexport.onnx_int4 as onnx_int4
 import hfexport.quantization as quantization
 
 
@@ -14,8 +15,8 @@ class EmbeddingsLeftFloat:
         linears_only = dataclasses.replace(quantization.SCHEMES["int4"], eager=None)
         with (
             mock.patch.dict(quantization.SCHEMES, {"int4": linears_only}),
-            mock.patch.object(quantization, "_is_embedding_lookup", lambda node: False),
-            mock.patch.object(quantization, "_moves_first_axis_last", lambda node: None),
+            mock.patch.object(onnx_int4, "_is_embedding_lookup", lambda node: False),
+            mock.patch.object(onnx_int4, "_moves_first_axis_last", lambda node: None),
         ):
             return super().export(model, sample_inputs, config)
 
