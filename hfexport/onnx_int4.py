@@ -22,27 +22,37 @@ logger = logging.getLogger(__name__)
 __all__ = ["embedding_tables_for_trace", "quantize_onnx_int4", "tables_shared"]
 
 
-def _is_linear_call(node: Any) -> bool:
-    """Whether an ONNX node computes an ``nn.Linear`` module's own ``aten.linear`` (its metadata's innermost
-    module class), not a matmul that model code writes with a weight of its own."""
+def _module_call(node: Any, aten_op: str, base: str) -> bool:
+    """Whether an ONNX node computes the ``aten_op`` of a ``torch.nn.<base>`` module (or a subclass of it) itself:
+    its metadata's innermost op and module class. A matmul that model code writes with a weight of its own is
+    none."""
     import ast
 
     hierarchy = node.metadata_props.get("pkg.torch.onnx.class_hierarchy")
     if not hierarchy:
         return False
     classes = ast.literal_eval(hierarchy)
-    return len(classes) >= 2 and classes[-1].startswith("aten.linear") and _names_a_linear(classes[-2])
+    return len(classes) >= 2 and classes[-1].startswith(aten_op) and _subclass_of(classes[-2], base)
 
 
 @functools.cache
-def _names_a_linear(class_path: str) -> bool:
-    """Whether ``class_path`` (``package.module.Class``) is ``nn.Linear`` or a subclass of it."""
+def _subclass_of(class_path: str, base: str) -> bool:
+    """Whether ``class_path`` (``package.module.Class``) is ``torch.nn.<base>`` or a subclass of it."""
     import pydoc
 
     import torch
 
     found = pydoc.locate(class_path)
-    return isinstance(found, type) and issubclass(found, torch.nn.Linear)
+    return isinstance(found, type) and issubclass(found, getattr(torch.nn, base))
+
+
+def _is_linear_call(node: Any) -> bool:
+    return _module_call(node, "aten.linear", "Linear")
+
+
+def _is_embedding_lookup(node: Any) -> bool:
+    """An ``nn.Embedding``'s lookup (Gemma's scaled embedding, a subclass, too)."""
+    return _module_call(node, "aten.embedding", "Embedding")
 
 
 def _constant_weight(node: Any) -> Any:
@@ -65,28 +75,6 @@ def _constant_weight(node: Any) -> Any:
     if node.op_type == "Gemm" and node.attributes.get("transB") is not None and node.attributes["transB"].value:
         array = array.T
     return array
-
-
-def _is_embedding_lookup(node: Any) -> bool:
-    """Whether an ONNX node is an ``nn.Embedding`` module's own ``aten.embedding`` (its metadata's innermost
-    module class is ``nn.Embedding`` or a subclass of it, such as Gemma's scaled embedding)."""
-    import ast
-
-    hierarchy = node.metadata_props.get("pkg.torch.onnx.class_hierarchy")
-    if not hierarchy:
-        return False
-    classes = ast.literal_eval(hierarchy)
-    return len(classes) >= 2 and classes[-1].startswith("aten.embedding") and _names_an_embedding(classes[-2])
-
-
-@functools.cache
-def _names_an_embedding(class_path: str) -> bool:
-    import pydoc
-
-    import torch
-
-    found = pydoc.locate(class_path)
-    return isinstance(found, type) and issubclass(found, torch.nn.Embedding)
 
 
 @dataclass(frozen=True)

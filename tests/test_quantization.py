@@ -21,20 +21,19 @@ BACKENDS = {
 }
 
 
+def _llama(hidden: int, intermediate: int, layers: int, vocab: int, **fields):
+    """A seeded llama of these dimensions (4 heads, 2 KV heads) and an 8-token sample."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab, **fields)
+    model = transformers.LlamaForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(0, vocab, (1, 8)), "attention_mask": torch.ones(1, 8, dtype=torch.long)}
+    return model, inputs
+
+
 def linear_heavy_llama():
     """A llama whose weights are almost all linear layers (hidden 256, vocab 64): artifact sizes show the scheme."""
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=64,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    inputs = {"input_ids": torch.randint(0, 64, (1, 8)), "attention_mask": torch.ones(1, 8, dtype=torch.long)}
-    return model, inputs
+    return _llama(256, 512, 2, 64)
 
 
 def _saved_mib(backend: str, model, inputs, folder, **fields) -> tuple[float, object]:
@@ -87,19 +86,7 @@ def test_the_artifact_holds_the_quantized_weights(backend, scheme, tmp_path):
 
 def tied_llama():
     """A llama whose head is its embedding table (vocab 4096 x hidden 64: the table is most of the weights)."""
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=4096,
-        tie_word_embeddings=True,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    inputs = {"input_ids": torch.randint(0, 4096, (1, 8)), "attention_mask": torch.ones(1, 8, dtype=torch.long)}
-    return model, inputs
+    return _llama(64, 128, 1, 4096, tie_word_embeddings=True)
 
 
 def test_int4_stores_a_tied_table_once_and_looks_it_up_in_int4(tmp_path):

@@ -67,6 +67,20 @@ def register_onnx_ir_fix(reason: str | None = None) -> Callable:
     return decorator
 
 
+def swap_in(graph: Any, node: Any, replacements: list[Any], removed: tuple[Any, ...] = ()) -> None:
+    """Put ``replacements`` (the last one computes ``node``'s output, under its name, shape and type) in the place
+    of ``node``, then remove ``node`` and the ``removed`` nodes that only fed it: an IR fix's one way to rewrite."""
+    import onnx_ir as ir
+
+    old, new = node.outputs[0], replacements[-1].outputs[0]
+    new.shape, new.type = old.shape, old.type
+    graph.insert_before(node, replacements)
+    ir.convenience.replace_all_uses_with(old, new)
+    graph.outputs[:] = [new if v is old else v for v in graph.outputs]
+    graph.remove([node, *removed], safe=True)
+    new.name = old.name
+
+
 def _resolve_op(target: Any) -> Any:
     if not isinstance(target, str):
         return target

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .onnx_fixes import register_onnx_ir_fix
+from .onnx_fixes import register_onnx_ir_fix, swap_in
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +58,7 @@ def _rms_norm_as_a_quotient(model: Any) -> bool:
             if not _root_mean_square_of(reciprocal.inputs[0], x):
                 continue
             quotient = ir.node("Div", inputs=[x, reciprocal.inputs[0]], metadata_props=dict(node.metadata_props))
-            old, new = node.outputs[0], quotient.outputs[0]
-            new.shape, new.type = old.shape, old.type
-            graph.insert_before(node, [quotient])
-            ir.convenience.replace_all_uses_with(old, new)
-            graph.outputs[:] = [new if v is old else v for v in graph.outputs]
-            graph.remove([node, reciprocal], safe=True)
-            new.name = old.name
+            swap_in(graph, node, [quotient], removed=(reciprocal,))
             changed += 1
             break
     if changed:

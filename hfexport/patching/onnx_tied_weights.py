@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .onnx_fixes import register_onnx_ir_fix
+from .onnx_fixes import register_onnx_ir_fix, swap_in
 
 logger = logging.getLogger(__name__)
 
@@ -60,14 +60,7 @@ def _tied_embedding_stored_once(model: Any) -> bool:
         rank = len(ids.shape)
         gathered = ir.node("Gather", inputs=[twin, ids], attributes={"axis": 1})
         moved = ir.node("Transpose", inputs=[gathered.outputs[0]], attributes={"perm": [*range(1, rank + 1), 0]})
-        old = node.outputs[0]
-        new = moved.outputs[0]
-        new.shape, new.type = old.shape, old.type
-        graph.insert_before(node, [gathered, moved])
-        ir.convenience.replace_all_uses_with(old, new)
-        graph.outputs[:] = [new if v is old else v for v in graph.outputs]
-        graph.remove(node, safe=True)
-        new.name = old.name
+        swap_in(graph, node, [gathered, moved])
         if not weight.uses() and weight not in graph.inputs:
             graph.initializers.pop(weight.name)
             initializers.remove(weight)
