@@ -208,15 +208,6 @@ def _initializer(graph: Any, name: str, array: Any) -> Any:
     return value
 
 
-def _replace(graph: Any, node: Any, replacements: list[Any]) -> None:
-    """Put ``replacements`` (the last one computes the node's output) in the place of ``node``."""
-    import onnx_ir as ir
-
-    out, last = node.outputs[0], replacements[-1].outputs[0]
-    last.shape, last.type = out.shape, out.type
-    ir.convenience.replace_nodes_and_values(graph, node, [node], replacements, node.outputs, [last])
-
-
 def _moves_first_axis_last(node: Any) -> Any:
     """The one consumer of ``node``'s output if it is a Transpose that moves axis 0 last, else None."""
     output = node.outputs[0]
@@ -244,6 +235,8 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
     tied table once, in int4. Returns the count of linear layers and lookups quantized."""
     import numpy as np
     import onnx_ir as ir
+
+    from .patching.onnx_fixes import swap_in  # imports torch: not on this module's import
 
     graph = model.graph
     count = 0
@@ -278,7 +271,7 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
             name=f"{node.name}_q4",
             metadata_props=dict(node.metadata_props),  # the module scopes: the locator still names the layer
         )
-        _replace(graph, node, [replacement])
+        swap_in(graph, node, [replacement])
         _drop_if_unused(graph, weight)
         count += 1
     lookups = 0
@@ -331,9 +324,7 @@ def quantize_onnx_int4(model: Any, group_size: int) -> int:
             replacements.append(
                 ir.Node("", "Slice", inputs=[gathered.outputs[0], *bounds], name=f"{node.name}_q4_width")
             )
-        _replace(graph, replaced, replacements)
-        if replaced is not node:
-            graph.remove(node, safe=True)
+        swap_in(graph, replaced, replacements, removed=() if replaced is node else (node,))
         _drop_if_unused(graph, table_value)
         lookups += 1
     if count or lookups:

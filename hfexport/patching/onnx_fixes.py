@@ -75,8 +75,8 @@ def swap_in(graph: Any, node: Any, replacements: list[Any], removed: tuple[Any, 
     old, new = node.outputs[0], replacements[-1].outputs[0]
     new.shape, new.type = old.shape, old.type
     graph.insert_before(node, replacements)
+    graph.outputs[:] = [new if v is old else v for v in graph.outputs]  # first: onnx_ir refuses to move an output
     ir.convenience.replace_all_uses_with(old, new)
-    graph.outputs[:] = [new if v is old else v for v in graph.outputs]
     graph.remove([node, *removed], safe=True)
     new.name = old.name
 
