@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_pytest import forked_pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,17 +71,24 @@ FAULTS: dict[str, tuple[str, str, set[str]]] = {
 }
 
 
-def run_suite(impl: str, backend: str, selection: str, report: Path) -> tuple[int, list[dict], str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
+def run_suite(impl: str, backend: str, selection: str, report: Path,
+              fresh: bool = False) -> tuple[int, list[dict], str]:
+    """``pytest conformance`` on one implementation: forked from the preloaded server (``forked_pytest``), or in a
+    fresh interpreter where the test judges what the terminal shows (a fork does not repeat import-time output)."""
+    path = [str(ROOT / "tests"), str(ROOT)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_XDIST_WORKER", None)
-    command = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
-               "-m", REALSIZE_LEFT_OUT,
-               "-k", selection, f"--hfexport-impl={impl}", f"--hfexport-backend={backend}",
-               f"--hfexport-report={report}"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    args = ["conformance", "-q", "-p", "no:cacheprovider", "-m", REALSIZE_LEFT_OUT,
+            "-k", selection, f"--hfexport-impl={impl}", f"--hfexport-backend={backend}",
+            f"--hfexport-report={report}"]
+    if fresh:
+        done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=900)
+        code, output = done.returncode, done.stdout + done.stderr
+    else:
+        code, output = forked_pytest().run(args, env, path, report.with_suffix(".out"), timeout=900)
     rows = json.loads(report.read_text())["rows"] if report.exists() else []
-    return done.returncode, rows, done.stdout + done.stderr
+    return code, rows, output
 
 
 # The decode loops (the guide's and the implementation's) localise too: the same layer fault, in the static decode
@@ -111,7 +119,7 @@ def test_the_suite_fails_a_seeded_fault(fault, tmp_path):
 def test_hfexport_passes_what_the_faults_fail(backend, tmp_path):
     """hfexport passes every selection above on this backend: the suite's smoke run in the test command."""
     selection = " or ".join(sorted({f"({s})" for _, s, _ in FAULTS.values()}))
-    code, rows, output = run_suite("hfexport", backend, selection, tmp_path / "report.json")
+    code, rows, output = run_suite("hfexport", backend, selection, tmp_path / "report.json", fresh=True)
     bad = [(r["model"], r["check"], r["status"], r["message"][:200]) for r in rows
            if r["status"] not in ("pass", "xfail")]
     assert code == 0 and rows and not bad, (f"hfexport does not pass the fault selections on {backend}: {bad}\n"
@@ -131,3 +139,15 @@ def test_a_two_percent_error_inside_one_layer_fails_the_plain_export_on_every_ba
     # The locator names the perturbed module, in the failure message and on the report row.
     assert rows[0]["first_divergence"] == "model.layers.1.mlp", (rows, output[-3000:])
     assert "first diverging module: model.layers.1.mlp (LlamaMLP)" in output, output[-3000:]
+
+
+def test_a_forked_run_reports_what_a_fresh_interpreter_reports(tmp_path):
+    """The fault runs above fork from the preloaded server: the same run in a new interpreter gives the same."""
+    fault, (backend, selection, _) = "config_ignores_unknown_fields", FAULTS["config_ignores_unknown_fields"]
+    runs = [run_suite(f"faults.{fault}", backend, selection, tmp_path / f"{mode}.json", fresh=mode == "fresh")
+            for mode in ("forked", "fresh")]
+    (forked_code, forked_rows, forked_output), (fresh_code, fresh_rows, _) = runs
+    assert forked_code == fresh_code == 1
+    assert [(r["nodeid"], r["status"], r["message"]) for r in forked_rows] == \
+        [(r["nodeid"], r["status"], r["message"]) for r in fresh_rows]
+    assert "PytestAssertRewriteWarning" not in forked_output  # the server forgot every module pytest rewrites
