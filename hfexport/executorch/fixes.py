@@ -90,6 +90,68 @@ def _gelu_tanh_nodes(graph: Any, gelu: Any) -> Any:
     return op(aten.mul.Tensor, op(aten.mul.Tensor, x, 0.5), op(aten.add.Tensor, op(aten.tanh.default, inner), 1.0))
 
 
+_RESHAPES = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
+
+
+@register_fx_program_fix(
+    "executorch",
+    speedup=True,
+    reason="XNNPACK's partitioner refuses a reshape whose target shape holds a symbolic size ('Symbolic reshape is "
+    "not supported'), though its static reshape infers one -1 dimension: every [batch, seq, heads, head_dim] view "
+    "of a dynamic sequence left the delegate, and each one split it (11 delegate calls per Llama decoder layer "
+    "against export_llama's 4). A view with one symbolic size that is never 0 is the same view with -1 there.",
+)
+def _one_symbolic_size_inferred(program: Any) -> None:
+    graph = program.graph_module.graph
+    changed = False
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target not in _RESHAPES or len(node.args) < 2:
+            continue
+        shape = node.args[1]
+        value = node.meta.get("val")
+        if not isinstance(shape, (list, tuple)) or not isinstance(value, torch.Tensor) or len(shape) != value.dim():
+            continue
+        # Each size the output has as a number is written as that number; the one symbolic size left is -1.
+        sizes = [_as_int(size) for size in value.shape]
+        symbolic = [i for i, size in enumerate(sizes) if size is None]
+        target = [-1 if size is None else size for size in sizes]
+        if len(symbolic) != 1 or target == list(shape) or 0 in target or not _never_zero(value.shape[symbolic[0]]):
+            continue
+        node.args = (node.args[0], target, *node.args[2:])
+        changed = True
+    if changed:
+        _drop_unused_size_arithmetic(graph)
+        graph.lint()
+        program.graph_module.recompile()
+
+
+def _as_int(size: Any) -> int | None:
+    """A size as a number where it is one (a SymInt that is a constant counts); None where it is symbolic."""
+    if isinstance(size, int):
+        return size
+    expr = size.node.expr
+    return None if expr.free_symbols else int(expr)
+
+
+def _never_zero(size: Any) -> bool:
+    """-1 is ambiguous for an empty tensor: infer only a size provably at least 1 (without adding a guard); every
+    other size is a positive number (``0 in target`` is refused by the caller)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return isinstance(size, int) and size > 0 or isinstance(size, torch.SymInt) and statically_known_true(size >= 1)
+
+
+def _drop_unused_size_arithmetic(graph: Any) -> None:
+    """Erase the size computations (``sym_size`` and Python arithmetic on sizes) no node reads any more."""
+    removed = True
+    while removed:
+        removed = False
+        for node in reversed(list(graph.nodes)):
+            if node.op == "call_function" and not node.users and isinstance(node.meta.get("val"), torch.SymInt):
+                graph.erase_node(node)
+                removed = True
+
+
 def _tensor_list_return_validator(original: Any) -> Any:
     def call_function(self: Any, target: Any, args: Any, kwargs: Any) -> Any:
         node: Any = getattr(self, "node", None)
