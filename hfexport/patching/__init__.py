@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (register their patches)
     position_lists,
     program_load,
     repeat_kv,
+    rotate_half,
     sliding_window,
     ssm,
     vision,
