@@ -42,9 +42,8 @@ def _signed_permutation(original: Callable[[torch.Tensor], torch.Tensor], size: 
         if matrix.shape != (size, size):
             return None
         nonzero = matrix != 0
-        if not (nonzero.sum(0) == 1).all() or not (nonzero.sum(1) == 1).all() or not (matrix.abs() <= 1).all():
-            return None
-        if not ((matrix == 0) | (matrix.abs() == 1)).all():
+        one_per_row_and_column = (nonzero.sum(0) == 1).all() and (nonzero.sum(1) == 1).all()
+        if not one_per_row_and_column or not (matrix[nonzero].abs() == 1).all():
             return None
         probe = torch.randn(3, size, generator=torch.Generator().manual_seed(0), dtype=dtype)
         if not torch.equal(original(probe), probe @ matrix):
