@@ -117,6 +117,10 @@ def _one_symbolic_size_inferred(program: Any) -> None:
         target = [-1 if size is None else size for size in sizes]
         if len(symbolic) != 1 or target == list(shape) or 0 in target or not _never_zero(value.shape[symbolic[0]]):
             continue
+        if max(value.dim(), node.args[0].meta["val"].dim()) > 4:
+            # A grouped-heads view ([B, kv, groups, S, D]) inferred inside the delegate failed its input check at run
+            # time ('shape[2] = 32 to be of the form (32//s43)') where SDPA runs decomposed (test_delegate_attention).
+            continue
         node.args = (node.args[0], target, *node.args[2:])
         changed = True
     if changed:
@@ -134,11 +138,11 @@ def _as_int(size: Any) -> int | None:
 
 
 def _never_zero(size: Any) -> bool:
-    """-1 is ambiguous for an empty tensor: infer only a size provably at least 1 (without adding a guard); every
-    other size is a positive number (``0 in target`` is refused by the caller)."""
+    """-1 is ambiguous for an empty tensor: infer only a symbolic size provably at least 1 (without adding a guard);
+    every other size is a positive number (``0 in target`` is refused by the caller)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    return isinstance(size, int) and size > 0 or isinstance(size, torch.SymInt) and statically_known_true(size >= 1)
+    return bool(statically_known_true(size >= 1))
 
 
 def _drop_unused_size_arithmetic(graph: Any) -> None:

@@ -54,21 +54,21 @@ def _signed_permutation(original: Callable[[torch.Tensor], torch.Tensor], size: 
 @register_patch("executorch", "transformers.models.*.rotate_half", speedup=True)
 def _rotate_half_as_a_product(original: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
     """XNNPACK takes no dynamic slice: rotate the halves with one exact matrix product (module doc)."""
-    matrices: dict[tuple[int, torch.dtype], Any] = {}
+    matrices: dict[int, Any] = {}  # float32 weights by head size
 
     def rotate_half(x: torch.Tensor) -> torch.Tensor:
         size = x.shape[-1]
         if not isinstance(size, int) or x.dtype != torch.float32:
             return original(x)
-        key = (size, x.dtype)
-        if key not in matrices:
-            matrices[key] = _signed_permutation(original, size, x.dtype)
-        matrix = matrices[key]
+        if size not in matrices:
+            matrices[size] = _signed_permutation(original, size, x.dtype)
+        matrix = matrices[size]
         if matrix is None:
             return original(x)
         with _outside_the_trace():
-            # A constant of this call's own: EXIR cannot plan one constant read by two delegates (layers).
-            weight = matrix.clone()
+            # A constant of this call's own, on the input's device: EXIR cannot plan one constant read by two
+            # delegates (layers).
+            weight = matrix.to(device=x.device, copy=True)
         return torch.nn.functional.linear(x, weight)
 
     return rotate_half
