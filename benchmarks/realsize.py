@@ -18,7 +18,9 @@ the float32 safetensors checkpoint), "x s" against the specialist row below it.
 hfexport: ``export_for_generation(model, inputs, config, generation_config=<static>, multi_token_decode=True)``
 (ExecuTorch: ``ExecutorchExporter(cache_as_buffers=True, max_length=<cache>)``), the precision through the config's
 ``quantization`` fields, decoded by ``hfexport.runtime.decode.decode_loop``. Specialists (specialists.py):
-onnxruntime-genai's model builder (-p fp32/int4/int8, CPU) and its Generator; ExecuTorch's export_llama
+onnxruntime-genai's model builder (-p fp32/int4/int8, CPU, MatMulNBits at accuracy level 1: float32
+activations, hfexport's arithmetic; int4 also at its CPU default, level 4, int8 activations, a row of its own) and
+its Generator; ExecuTorch's export_llama
 (XNNPACK, custom SDPA + KV cache, fp32 / -qmode 8da4w or int8, group size 32) run by executorch.runtime, from a
 Meta-format copy of the checkpoint (converted once, not counted in its export time). dynamo has no specialist,
 nor has 8da8w (export_llama's -qmode offers no 8da8w on XNNPACK; its int8 stores float32 weights).
@@ -228,17 +230,27 @@ def export_child(spec_path: Path) -> None:
     Path(spec["result"]).write_text(json.dumps({"artifact": artifact, "export_call_s": export_s, "save_s": save_s}))
 
 
-def specialist_row(run: Run, backend: str, precision: str) -> Row | None:
-    """The specialist's row for ``backend`` at ``precision``; None where the backend has no specialist."""
+def ort_genai_row(run: Run, precision: str, default_level: bool = False) -> Row:
+    """onnxruntime-genai's row at ``precision``: hfexport's arithmetic, or the builder's default accuracy level."""
+    out = run.workdir / f"ort-genai-{precision}{'-default' if default_level else ''}"
+    tool = "onnxruntime-genai, int8 activations" if default_level else "onnxruntime-genai"
+    return measure(
+        Row(run.model, tool, "onnx", precision),
+        specialists.ort_genai_command(run.checkpoint, out, precision, default_level),
+        out,
+        lambda: specialists.OrtGenaiLoop(out, run.cache, run.threads),
+        run,
+    )
+
+
+def specialist_rows(run: Run, backend: str, precision: str) -> list[Row]:
+    """The specialist's rows for ``backend`` at ``precision``, the one at hfexport's arithmetic first; none where
+    the backend has no specialist."""
     if backend == "onnx" and precision in specialists.ORT_GENAI_PRECISIONS:
-        out = run.workdir / f"ort-genai-{precision}"
-        return measure(
-            Row(run.model, "onnxruntime-genai", backend, precision),
-            specialists.ort_genai_command(run.checkpoint, out, precision),
-            out,
-            lambda: specialists.OrtGenaiLoop(out, run.cache, run.threads),
-            run,
-        )
+        rows = [ort_genai_row(run, precision)]
+        if precision in specialists.ORT_GENAI_DEFAULT_LEVEL:
+            rows.append(ort_genai_row(run, precision, default_level=True))
+        return rows
     if backend == "executorch" and precision in specialists.EXECUTORCH_QMODES:
         row = Row(run.model, "executorch export_llama", backend, precision)
         if run.executorch_checkpoint is None:  # its own checkpoint format: converted once, timed apart
@@ -248,14 +260,14 @@ def specialist_row(run: Run, backend: str, precision: str) -> Row | None:
                 )
             except Exception as exc:
                 row.status = unavailable(exc)
-                return row
+                return [row]
             row.detail["checkpoint_convert_s"] = seconds
         out = run.workdir / f"export-llama-{precision}"
         command = specialists.executorch_command(
             *run.executorch_checkpoint, out / "model.pte", precision, run.cache, GROUP_SIZE, run.model_type
         )
-        return measure(row, command, out, lambda: specialists.ExecutorchLlamaLoop(out / "model.pte"), run)
-    return None
+        return [measure(row, command, out, lambda: specialists.ExecutorchLlamaLoop(out / "model.pte"), run)]
+    return []
 
 
 def measure_model(name: str, args: argparse.Namespace, workdir: Path) -> list[Row]:
@@ -292,9 +304,7 @@ def measure_model(name: str, args: argparse.Namespace, workdir: Path) -> list[Ro
                 continue
             rows.append(hfexport_row(run, backend, precision))
             if not args.skip_specialists:
-                specialist = specialist_row(run, backend, precision)
-                if specialist is not None:
-                    rows.append(specialist)
+                rows.extend(specialist_rows(run, backend, precision))
     return rows
 
 

@@ -33,8 +33,13 @@ EXECUTORCH_RECIPES: dict[str, dict[str, Any]] = {
 
 # export_llama's --quantization_mode per precision (float32: none); the group size is passed with -G.
 EXECUTORCH_QMODES = {"float32": None, "8da4w": "8da4w", "int8": "int8"}
-# The model builder's -p per precision.
-ORT_GENAI_PRECISIONS = {"float32": "fp32", "int4": "int4", "int8": "int8"}
+# The model builder's (-p, MatMulNBits accuracy level) per precision: the arithmetic of hfexport's scheme of that
+# name, float32 activations (level 1). The builder's CPU default is level 4, int8 activations, which no hfexport
+# ONNX scheme computes. None: no quantized MatMul at that precision.
+ORT_GENAI_PRECISIONS = {"float32": ("fp32", None), "int4": ("int4", 1), "int8": ("int8", 1)}
+# Precisions also measured at the builder's CPU default (accuracy level 4), a row of its own: what a user of the
+# builder gets, and what an int8-activation scheme of hfexport would be measured against.
+ORT_GENAI_DEFAULT_LEVEL = {"int4": ("int4", 4)}
 
 
 def save_checkpoint(model: Any, directory: Path) -> None:
@@ -57,9 +62,12 @@ def save_checkpoint(model: Any, directory: Path) -> None:
 # ----------------------------------------------------------------------------------------------- ONNX Runtime GenAI
 
 
-def ort_genai_command(checkpoint: Path, out_dir: Path, precision: str) -> list[str]:
-    """The model builder on the local checkpoint for the CPU execution provider (its defaults otherwise: int4
-    and int8 are MatMulNBits with block size 32 and accuracy level 4 on CPU)."""
+def ort_genai_command(checkpoint: Path, out_dir: Path, precision: str, default_level: bool = False) -> list[str]:
+    """The model builder on the local checkpoint for the CPU execution provider, at ``ORT_GENAI_PRECISIONS``'s
+    precision and accuracy level (``ORT_GENAI_DEFAULT_LEVEL``'s with ``default_level``; its defaults otherwise:
+    MatMulNBits with block size 32)."""
+    builder_precision, accuracy_level = (ORT_GENAI_DEFAULT_LEVEL if default_level else ORT_GENAI_PRECISIONS)[precision]
+    extra = "hf_token=false" + (f" accuracy_level={accuracy_level}" if accuracy_level is not None else "")
     return [
         sys.executable,
         "-m",
@@ -69,13 +77,13 @@ def ort_genai_command(checkpoint: Path, out_dir: Path, precision: str) -> list[s
         "-o",
         str(out_dir),
         "-p",
-        ORT_GENAI_PRECISIONS[precision],
+        builder_precision,
         "-e",
         "cpu",
         "-c",
         str(out_dir.parent / f"{out_dir.name}.cache"),
         "--extra_options",
-        "hf_token=false",
+        *extra.split(),
     ]
 
 
