@@ -41,7 +41,6 @@ from .patching import (
     apply_fx_node_fixes,
     apply_fx_program_fixes,
     onnx_fixes,
-    onnx_packed_linears,  # noqa: F401 (registers its IR fix)
     onnx_rms_norm,  # noqa: F401 (registers its IR fix)
     onnx_tied_weights,  # noqa: F401 (registers its IR fix)
 )

@@ -46,12 +46,8 @@ def _subclass_of(class_path: str, base: str) -> bool:
     return isinstance(found, type) and issubclass(found, getattr(torch.nn, base))
 
 
-# Metadata of a MatMul that computes several nn.Linear calls at once (``patching/onnx_packed_linears.py``).
-PACKED_LINEARS = "hfexport.packed_linears"
-
-
 def _is_linear_call(node: Any) -> bool:
-    return PACKED_LINEARS in node.metadata_props or _module_call(node, "aten.linear", "Linear")
+    return _module_call(node, "aten.linear", "Linear")
 
 
 def _is_embedding_lookup(node: Any) -> bool:

@@ -37,7 +37,6 @@ class Translation:
 class IrFix:
     fn: Callable
     reason: str
-    speedup: bool = False  # only faster, same result: off under hfexport.speedups' switch
 
 
 ONNX_TRANSLATIONS: list[Translation] = []
@@ -58,12 +57,11 @@ def register_onnx_translation(target: Any, reason: str | None = None, min_opset:
     return decorator
 
 
-def register_onnx_ir_fix(reason: str | None = None, speedup: bool = False) -> Callable:
-    """Register ``fix(model: onnx_ir.Model) -> bool`` (True when it changed the model), run after conversion.
-    ``speedup``: the fix only makes the graph faster (``hfexport.speedups`` turns it off)."""
+def register_onnx_ir_fix(reason: str | None = None) -> Callable:
+    """Register ``fix(model: onnx_ir.Model) -> bool`` (True when it changed the model), run after conversion."""
 
     def decorator(fn: Callable) -> Callable:
-        ONNX_IR_FIXES.append(IrFix(fn, _reason_of(fn, reason), speedup))
+        ONNX_IR_FIXES.append(IrFix(fn, _reason_of(fn, reason)))
         return fn
 
     return decorator
@@ -117,12 +115,8 @@ def translation_table(opset: int | None = None) -> dict[Any, Callable]:
 
 def apply_onnx_ir_fixes(model: Any) -> list[str]:
     """Run every IR post-fix; returns the reasons of those that changed the model (for logs)."""
-    from .. import speedups
-
     applied = []
     for fix in ONNX_IR_FIXES:
-        if fix.speedup and not speedups.enabled():
-            continue
         if fix.fn(model):
             applied.append(fix.reason)
             logger.debug("ONNX IR fix applied: %s", fix.reason)
