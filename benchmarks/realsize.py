@@ -202,28 +202,36 @@ def exporter_options(backend: str, cache: int) -> dict[str, Any]:
     return {}
 
 
+def export_for_generation(model: Any, prompt: Any, backend: str, fields: dict[str, Any], cache: int) -> tuple[Any, Any]:
+    """(exporter, programs): hfexport's export of ``model`` for generation as every real-size figure takes it."""
+    import torch
+
+    import hfexport
+
+    config = hfexport.AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **fields})
+    exporter = type(hfexport.AutoHfExporter.from_config(config))(**exporter_options(backend, cache))
+    programs = exporter.export_for_generation(
+        model,
+        {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
+        config,
+        generation_config=generation_config(cache),
+        multi_token_decode=True,
+    )
+    return exporter, programs
+
+
 def export_child(spec_path: Path) -> None:
     """The child process of one hfexport export: load the checkpoint, export ``decode``, save it, record the
     seconds the export call itself took (beside the child's wall time the parent measures)."""
     import torch
     import transformers
 
-    import hfexport
-
     _common.quiet_logs()
     spec = json.loads(spec_path.read_text())
     model = transformers.AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=torch.float32).eval()
-    config = hfexport.AutoExportConfig.from_dict({"export_format": spec["backend"], "dynamic": True, **spec["fields"]})
-    exporter = type(hfexport.AutoHfExporter.from_config(config))(**exporter_options(spec["backend"], spec["cache"]))
     prompt = torch.tensor(spec["prompt"])
-    export_s, programs = _common.timed(
-        lambda: exporter.export_for_generation(
-            model,
-            {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
-            config,
-            generation_config=generation_config(spec["cache"]),
-            multi_token_decode=True,
-        )
+    export_s, (exporter, programs) = _common.timed(
+        lambda: export_for_generation(model, prompt, spec["backend"], spec["fields"], spec["cache"])
     )
     artifact = str(Path(spec["out"]) / f"decode{exporter.file_suffix}")
     save_s, _ = _common.timed(lambda: exporter.save(programs["decode"], artifact))

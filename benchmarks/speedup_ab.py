@@ -17,29 +17,9 @@ import argparse
 import contextlib
 import statistics
 import tempfile
-from typing import Any
 
 import _common
 import realsize
-from decode_throughput import generation_config
-
-
-def export(model: Any, prompt: Any, backend: str, fields: dict[str, Any], path: str, on: bool) -> None:
-    import torch
-
-    import hfexport
-
-    config = hfexport.AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **fields})
-    exporter = type(hfexport.AutoHfExporter.from_config(config))(**realsize.exporter_options(backend, 128))
-    with contextlib.nullcontext() if on else hfexport.speedups_off():
-        programs = exporter.export_for_generation(
-            model,
-            {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
-            config,
-            generation_config=generation_config(128),
-            multi_token_decode=True,
-        )
-    exporter.save(programs["decode"] if isinstance(programs, dict) else programs, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     _common.quiet_logs()
     import torch
 
+    import hfexport
     from hfexport.runtime.decode import decode_loop
 
     model = realsize.build_model(args.model, args.layers)
@@ -63,9 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     loops = {}
     with tempfile.TemporaryDirectory() as folder:
         for label, on in (("on", True), ("off", False)):
-            path = f"{folder}/decode-{label}.{'pte' if args.backend == 'executorch' else args.backend}"
-            export(model, prompt, args.backend, fields, path, on)
-            loops[label] = decode_loop(path, args.backend, **({} if args.backend == "executorch" else {"max_cache_len": 128}))
+            with contextlib.nullcontext() if on else hfexport.speedups_off():
+                exporter, programs = realsize.export_for_generation(model, prompt, args.backend, fields, 128)
+            path = f"{folder}/decode-{label}{exporter.file_suffix}"
+            exporter.save(programs["decode"], path)
+            options = {} if args.backend == "executorch" else {"max_cache_len": 128}  # a program's own slots
+            loops[label] = decode_loop(path, args.backend, **options)
         rates: dict[str, list[float]] = {label: [] for label in loops}
         for _ in range(args.rounds):
             for label, loop in loops.items():
