@@ -26,6 +26,7 @@ from typing import Any
 
 import _common
 import realsize
+import realsize_export
 import specialists
 
 
@@ -117,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                            args.cache, 1, threads)
         del model
         loops: dict[str, Any] = {}
-        spec, result = realsize.export_spec(run, "executorch", realsize.PRECISIONS[args.precision]["executorch"],
+        spec, result = realsize_export.export_spec(run, "executorch", realsize.PRECISIONS[args.precision]["executorch"],
                                             work / "hf")
-        subprocess.run(realsize.export_child_command(spec), check=True)
+        subprocess.run(realsize_export.export_child_command(spec), check=True)
         loops["hfexport"] = lambda: decode_loop(json.loads(result.read_text())["artifact"], "executorch",
                                                 max_cache_len=args.cache)
         weights, params = specialists.executorch_checkpoint(checkpoint, work / "executorch-checkpoint")

@@ -49,8 +49,9 @@ from typing import Any
 
 import _common
 import specialists
-from realsize_parts import EAGER, MODELS, Child, Row, artifact_mib, failure, report, run_child, unavailable  # noqa: F401
 from decode_throughput import generation_config
+from realsize_export import export_child_command, export_spec
+from realsize_parts import EAGER, MODELS, Child, Row, artifact_mib, failure, report, run_child, unavailable  # noqa: F401
 
 BACKENDS = ("dynamo", "onnx", "executorch")
 GROUP_SIZE = 32
@@ -172,72 +173,6 @@ def hfexport_row(run: Run, backend: str, precision: str) -> Row:
     return measure(row, export_child_command(spec_path), out, load, run)
 
 
-def export_spec(run: Run, backend: str, fields: dict[str, Any], out: Path) -> tuple[Path, Path]:
-    """(the file that tells ``--export-child`` what to export and where, the file the child names its artifact in)."""
-    spec_path = run.workdir / f"{out.name}.spec.json"
-    spec = {
-        "checkpoint": str(run.checkpoint),
-        "backend": backend,
-        "fields": fields,
-        "out": str(out),
-        "result": str(run.workdir / f"{out.name}.result.json"),
-        "prompt": run.prompt.tolist(),
-        "cache": run.cache,
-    }
-    spec_path.write_text(json.dumps(spec))
-    return spec_path, Path(spec["result"])
-
-
-def export_child_command(spec_path: Path) -> list[str]:
-    return [sys.executable, __file__, "--export-child", str(spec_path)]
-
-
-def exporter_options(backend: str, cache: int) -> dict[str, Any]:
-    """ExecuTorch: the cache owned by the program (as decode_throughput.py runs it), and sequences bounded by the
-    cache length as export_llama's --max_seq_length bounds them. At the default bound (2048 tokens) this model's
-    plan holds logits for 2048 x 49152 and the saved program fails to load (method load error 0x21, the planned
-    buffer overflows its allocator)."""
-    if backend == "executorch":
-        return {"cache_as_buffers": True, "max_batch": 2, "max_length": cache}
-    return {}
-
-
-def export_for_generation(model: Any, prompt: Any, backend: str, fields: dict[str, Any], cache: int) -> tuple[Any, Any]:
-    """(exporter, programs): hfexport's export of ``model`` for generation as every real-size figure takes it."""
-    import torch
-
-    import hfexport
-
-    config = hfexport.AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **fields})
-    exporter = type(hfexport.AutoHfExporter.from_config(config))(**exporter_options(backend, cache))
-    programs = exporter.export_for_generation(
-        model,
-        {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
-        config,
-        generation_config=generation_config(cache),
-        multi_token_decode=True,
-    )
-    return exporter, programs
-
-
-def export_child(spec_path: Path) -> None:
-    """The child process of one hfexport export: load the checkpoint, export ``decode``, save it, record the
-    seconds the export call itself took (beside the child's wall time the parent measures)."""
-    import torch
-    import transformers
-
-    _common.quiet_logs()
-    spec = json.loads(spec_path.read_text())
-    model = transformers.AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=torch.float32).eval()
-    prompt = torch.tensor(spec["prompt"])
-    export_s, (exporter, programs) = _common.timed(
-        lambda: export_for_generation(model, prompt, spec["backend"], spec["fields"], spec["cache"])
-    )
-    artifact = str(Path(spec["out"]) / f"decode{exporter.file_suffix}")
-    save_s, _ = _common.timed(lambda: exporter.save(programs["decode"], artifact))
-    Path(spec["result"]).write_text(json.dumps({"artifact": artifact, "export_call_s": export_s, "save_s": save_s}))
-
-
 def ort_genai_row(run: Run, precision: str, default_level: bool = False) -> Row:
     """onnxruntime-genai's row at ``precision``: hfexport's arithmetic, or the builder's default accuracy level."""
     out = run.workdir / f"ort-genai-{precision}{'-default' if default_level else ''}"
@@ -340,11 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=None, help="override the decoder layer count (development)")
     parser.add_argument("--skip-specialists", action="store_true", help="hfexport and eager only")
     parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="folder for realsize.json/.png")
-    parser.add_argument("--export-child", type=Path, help=argparse.SUPPRESS)  # one hfexport export (internal)
     args = parser.parse_args(argv)
-    if args.export_child:
-        export_child(args.export_child)
-        return 0
     _common.quiet_logs()
     for option, known in (("models", MODELS), ("backends", BACKENDS), ("precisions", PRECISIONS)):
         chosen = [v for v in getattr(args, option).split(",") if v]

@@ -20,6 +20,7 @@ import tempfile
 
 import _common
 import realsize
+import realsize_export
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         for label, on in (("on", True), ("off", False)):
             with contextlib.nullcontext() if on else hfexport.speedups_off():
-                exporter, programs = realsize.export_for_generation(model, prompt, args.backend, fields, 128)
+                exporter, programs = realsize_export.export_for_generation(model, prompt, args.backend, fields, 128)
             path = f"{folder}/decode-{label}{exporter.file_suffix}"
             exporter.save(programs["decode"], path)
             options = {} if args.backend == "executorch" else {"max_cache_len": 128}  # a program's own slots
