@@ -7,6 +7,11 @@ input set, from the saved artifact:
   (``pytest_hfexport.quantized_reference``), within the scheme's measured tolerance: the backend's float32 one
   where the artifact computes the same float arithmetic (``int8``, ``int4``), a measured one where the backend's
   integer kernels round activations their own way (``8da4w`` and ``8da8w`` on XNNPACK);
+  At a real model's depth (the ``realsize`` tier) a scheme that quantizes activations at run time cannot match
+  element for element: an ulp between XNNPACK's and eager's float sums flips one int8 rounding, which thirty
+  layers amplify (eager against itself with its embeddings moved one ulp is as far apart). There the first output
+  must agree with eager's by the SQNR measured for this entry and scheme, less 3 dB (``AGREEMENT_FLOOR``): a wrong
+  group size or float activations land below it;
 * against eager float32 by the first output's SQNR, which must reach the floor measured for this entry and scheme
   (what quantizing this model costs, less 3 dB; the models' weight scales differ too much for one floor per
   scheme: tiny T5's int4 logits sit at 2 dB, llama's at 19).
@@ -97,9 +102,18 @@ SQNR_FLOOR: dict[tuple[str, str], float] = {
     ("8da4w", "siglip_classifier"): 10,
     ("int8", "smollm2_135m"): 27,
     ("int4", "smollm2_135m"): 5,
+    ("8da4w", "smollm2_135m"): 5,
+    ("8da8w", "smollm2_135m"): 23,
+    ("int8", "whisper_base"): 30,
     ("int4", "whisper_base"): 8,
+    ("8da4w", "whisper_base"): 9,
+    ("8da8w", "whisper_base"): 28,
+    ("int8", "qwen3_0_6b"): 26,
     ("int4", "qwen3_0_6b"): 5,
+    ("int8", "t5_small"): 30,
     ("int4", "t5_small"): 9,
+    ("8da4w", "t5_small"): 7,
+    ("8da8w", "t5_small"): 29,
     ("int8", "switch_transformers"): 32,
     ("int4", "switch_transformers"): 7,
     ("8da4w", "switch_transformers"): 6,
@@ -165,23 +179,60 @@ SQNR_FLOOR: dict[tuple[str, str], float] = {
 }
 
 
+# (scheme, entry) -> the lowest SQNR (dB) of the first output against eager with the same quantization, less 3 dB,
+# for the cells ``judged_by_agreement``: ``python -m conformance.quantization_errors`` prints this table.
+AGREEMENT_FLOOR: dict[tuple[str, str], float] = {
+    ("8da4w", "smollm2_135m"): 32,
+    ("8da8w", "smollm2_135m"): 35,
+    ("8da4w", "whisper_base"): 31,
+    ("8da8w", "whisper_base"): 31,
+    ("8da4w", "t5_small"): 33,
+    ("8da8w", "t5_small"): 32,
+}
+# Cells of the realsize tier with no measured floor, and why: the tier fails them for want of one.
+UNMEASURED: dict[tuple[str, str], str] = {
+    (scheme, "qwen3_0_6b"): "its plain ExecuTorch export at the default bounds (batch 8, 2048 tokens) plans 22.0 GiB "
+    "of activations: loading it on a 24 GiB machine gets the process killed"
+    for scheme in ("8da4w", "8da8w")
+}
+
+
+def judged_by_agreement(scheme: str, entry) -> bool:
+    """Whether this cell is judged against eager with the same quantization by SQNR, not element by element."""
+    return SCHEMES[scheme].dynamic_activations and entry.tier == "realsize"
+
+
 def judge_quantized(entry, scheme, exported, backend, adapter):
     adapter.require("quantization", backend)
     result = exported(entry, config={"dynamic": True, "quantization": scheme})
     reference = quantized_copy(result.model, scheme)
     for label, inputs in entry.input_sets(result.model).items():
         labelled = f"{scheme}, {label}"
-        assert_matches(
-            reference,
-            inputs,
-            result.runner,
-            backend,
-            labelled,
-            artifact=result.artifact(),
-            tolerance=TOLERANCE.get((scheme, backend)),
-        )
+        got_all = flat_named(result.runner(**copy.deepcopy(graph_kwargs(inputs))))
+        if judged_by_agreement(scheme, entry):
+            name, same = first_output(flat_named(reference_call(reference, inputs)))
+            floor = AGREEMENT_FLOOR.get((scheme, entry.name))
+            assert floor is not None, (
+                f"no measured agreement floor for {scheme} on {entry.name}: python -m conformance.quantization_errors "
+                f"--entries {entry.name} --schemes {scheme} prints it"
+            )
+            agreement = sqnr_db(same, got_all[name])
+            assert agreement >= floor, (
+                f"{name} of the {scheme} artifact is {agreement:.1f} dB from eager {scheme} ({labelled}); "
+                f"it agreed to {floor + 3:.1f} dB on {entry.name} when measured"
+            )
+        else:
+            assert_matches(
+                reference,
+                inputs,
+                result.runner,
+                backend,
+                labelled,
+                artifact=result.artifact(),
+                tolerance=TOLERANCE.get((scheme, backend)),
+            )
         name, expected = first_output(flat_named(reference_call(result.model, inputs)))
-        got = flat_named(result.runner(**copy.deepcopy(graph_kwargs(inputs))))[name]
+        got = got_all[name]
         floor = SQNR_FLOOR.get((scheme, entry.name))
         assert floor is not None, (
             f"no measured SQNR floor for {scheme} on {entry.name}: python -m conformance.quantization_errors "

@@ -71,3 +71,24 @@ def test_a_realsize_entry_has_the_published_dimensions(name):
         model = REALSIZE[name].build()
     assert sum(p.numel() for p in model.parameters()) == PUBLISHED_PARAMETERS[name]
     assert REALSIZE[name].tier == "realsize" and name not in ZOO
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
+def test_every_quantized_cell_of_a_realsize_entry_has_its_measured_floors(name):
+    """The realsize tier runs for hours: a cell without a floor would fail there for want of a number, not of a
+    right artifact. Every scheme needs the SQNR floor against float32; a scheme that quantizes activations at run
+    time also the agreement floor it is judged by at that depth. A cell that could not be measured is listed in
+    ``UNMEASURED`` with the reason, and only such a cell may lack a floor."""
+    from conformance.test_quantization import AGREEMENT_FLOOR, SQNR_FLOOR, UNMEASURED, judged_by_agreement
+    from conformance.zoo import REALSIZE
+    from pytest_hfexport.quantized_reference import SCHEMES
+
+    entry = REALSIZE[name]
+    floors = {s: [(s, name) in SQNR_FLOOR] for s in SCHEMES}
+    for scheme in SCHEMES:
+        if judged_by_agreement(scheme, entry):
+            floors[scheme].append((scheme, name) in AGREEMENT_FLOOR)
+    missing = sorted(s for s, found in floors.items() if not all(found))
+    assert missing == sorted(s for s, n in UNMEASURED if n == name), (
+        f"{name}: floors missing for {missing} (python -m conformance.quantization_errors --entries {name})"
+    )
