@@ -62,6 +62,7 @@ def test_no_rewrite_when_the_old_cache_is_read_after_the_update():
 def test_decode_loop_rewrites_every_layer_and_matches_the_plain_module():
     from hfexport.runtime.decode import DynamoDecodeLoop
     from hfexport.runtime.dynamo import FlatGraph
+    from hfexport.runtime.weight_layout import lay_out_for_one_token
 
     program, prompt = static_decode_export("dynamo")
     loop = DynamoDecodeLoop(program)
@@ -70,6 +71,7 @@ def test_decode_loop_rewrites_every_layer_and_matches_the_plain_module():
                     aten.index_copy.default, aten.index_put.default)]
     plain = DynamoDecodeLoop(program)
     plain.module = program.module()  # the functional module: copy of the cache and copy back
+    lay_out_for_one_token(plain.module)  # the loop's weight memory: the same sums, bit for bit
     plain.flat_graph = FlatGraph(plain.module)
     assert loop.generate(prompt, 12).tokens == plain.generate(prompt, 12).tokens
     for name, tensor in loop.cache_tensors().items():

@@ -24,6 +24,7 @@ from ..decode_calls import cache_slot_mask
 from .dynamo import FlatGraph
 from .program_store import load_program
 from .reinplace import reinplace_input_updates
+from .weight_layout import lay_out_for_one_token
 
 
 def causal_mask(positions: torch.Tensor, cache_len: int, dtype: torch.dtype = torch.bool) -> torch.Tensor:
@@ -155,6 +156,8 @@ class DynamoDecodeLoop(DecodeLoop):
         self.module = program.module()
         # The cache is updated in place by the graph itself (no copy of the cache and copy back per step).
         reinplace_input_updates(self.module)
+        if speedups.enabled():
+            lay_out_for_one_token(self.module)
         self.flat_graph = FlatGraph(self.module)
         _, template = program.example_inputs
         self.cache_name = _cache_kwarg(template)
