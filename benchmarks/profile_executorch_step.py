@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     _unsafe_reset_threadpool(threads)
     model = realsize.build_model(args.model, args.layers)
-    torch.manual_seed(1)
-    prompt = torch.randint(3, model.config.vocab_size, (1, 16))
+    prompt = realsize.seeded_prompt(model)
     with tempfile.TemporaryDirectory(prefix="profile-et-") as tmp:
         work = Path(tmp)
         checkpoint = work / "checkpoint"

@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     model = realsize.build_model(args.model, args.layers)
     layers = model.config.num_hidden_layers
-    torch.manual_seed(1)
-    prompt = torch.randint(3, model.config.vocab_size, (1, 16))
+    prompt = realsize.seeded_prompt(model)
     with tempfile.TemporaryDirectory(prefix="profile-ort-") as tmp:
         work = Path(tmp)
         checkpoint = work / "checkpoint"

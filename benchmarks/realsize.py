@@ -90,6 +90,14 @@ def build_model(name: str, layers: int | None) -> Any:
     return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
+def seeded_prompt(model: Any, length: int = 16) -> Any:
+    """The prompt every real-size figure decodes from: ``length`` token ids drawn after ``torch.manual_seed(1)``."""
+    import torch
+
+    torch.manual_seed(1)
+    return torch.randint(3, model.config.vocab_size, (1, length))
+
+
 class EagerLoop:
     """transformers ``generate`` over the static cache, timed for 1 and for N new tokens so that its prefill and
     decode split as the exported loops' do."""
@@ -214,13 +222,10 @@ def specialist_rows(run: Run, backend: str, precision: str) -> list[Row]:
 
 
 def measure_model(name: str, args: argparse.Namespace, workdir: Path) -> list[Row]:
-    import torch
-
     model = build_model(name, args.layers)
     checkpoint = workdir / "checkpoint"
     specialists.save_checkpoint(model, checkpoint)
-    torch.manual_seed(1)
-    prompt = torch.randint(3, model.config.vocab_size, (1, args.prompt_len))
+    prompt = seeded_prompt(model, args.prompt_len)
     run = Run(
         name,
         model.config.model_type,

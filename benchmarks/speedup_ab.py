@@ -33,14 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args(argv)
     _common.quiet_logs()
-    import torch
 
     import hfexport
     from hfexport.runtime.decode import decode_loop
 
     model = realsize.build_model(args.model, args.layers)
-    torch.manual_seed(1)
-    prompt = torch.randint(3, model.config.vocab_size, (1, 16))
+    prompt = realsize.seeded_prompt(model)
     fields = realsize.PRECISIONS[args.precision][args.backend]
     loops = {}
     with tempfile.TemporaryDirectory() as folder:

@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     model = realsize.build_model(args.model, args.layers)
-    torch.manual_seed(1)
-    prompt = torch.randint(3, model.config.vocab_size, (1, 16))
+    prompt = realsize.seeded_prompt(model)
     _, programs = realsize_export.export_for_generation(model, prompt, "dynamo", {}, 128)
     relaid = decode_loop(programs["decode"], "dynamo", max_cache_len=128)
     as_saved = decode_loop(programs["decode"], "dynamo", max_cache_len=128)
