@@ -5,9 +5,11 @@ The speed-ups: the patches registered with ``speedup=True`` (ExecuTorch's skippe
 regeneration per partitioning, ``hfexport/executorch/speedups/``; the memoised ``.pt2`` deserialiser,
 ``patching/program_load.py``), the fake-tensor cache decision (``trace_cache``: off, torch's own setting stands)
 and the decode loops' fast paths (Dynamo's flat graph after one checked call per input signature and its linear
-weights laid out for one-token steps, ONNX Runtime's reused IO binding). ``HFEXPORT_SPEEDUPS=0`` in the environment, or the block ``with speedups_off():``, turns every
-one of them off: the results are the same, only slower. The ExecuTorch exporter's single trace into the
-decomposed program is its pipeline, not a switchable speed-up: with the switch off, EXIR's retraces run on it.
+weights laid out for one-token steps, ONNX Runtime's reused IO binding). ``HFEXPORT_SPEEDUPS=0`` in the
+environment, or the block ``with speedups_off():``, turns every one of them off: the results are the same, only
+slower (but for the float32 ulps of the weight layout, whose sums run in another order). The ExecuTorch
+exporter's single trace into the decomposed program is its pipeline, not a switchable speed-up: with the switch
+off, EXIR's retraces run on it.
 """
 
 from __future__ import annotations
