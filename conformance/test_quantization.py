@@ -6,12 +6,12 @@ input set, from the saved artifact:
 * against eager running the same quantization, rebuilt by the judge from the scheme's definition
   (``pytest_hfexport.quantized_reference``), within the scheme's measured tolerance: the backend's float32 one
   where the artifact computes the same float arithmetic (``int8``, ``int4``), a measured one where the backend's
-  integer kernels round activations their own way (``8da4w`` and ``8da8w`` on XNNPACK);
-  At a real model's depth (the ``realsize`` tier) a scheme that quantizes activations at run time cannot match
-  element for element: an ulp between XNNPACK's and eager's float sums flips one int8 rounding, which thirty
-  layers amplify (eager against itself with its embeddings moved one ulp is as far apart). There the first output
-  must agree with eager's by the SQNR measured for this entry and scheme, less 3 dB (``AGREEMENT_FLOOR``): a wrong
-  group size or float activations land below it;
+  integer kernels round activations their own way (``8da4w`` and ``8da8w`` on XNNPACK). At a real model's size
+  (the ``realsize`` tier) a scheme that quantizes activations at run time cannot match element for element: an ulp
+  between XNNPACK's and eager's float sums flips an int8 rounding that the later layers carry (eager against
+  itself with each linear's input moved by 2^-22 is as far apart: ``quantization_errors``' nudge). There the first
+  output must agree with eager's by the SQNR measured for this entry and scheme, less 3 dB (``AGREEMENT_FLOOR``):
+  a wrong group size or float activations land below it;
 * against eager float32 by the first output's SQNR, which must reach the floor measured for this entry and scheme
   (what quantizing this model costs, less 3 dB; the models' weight scales differ too much for one floor per
   scheme: tiny T5's int4 logits sit at 2 dB, llama's at 19).

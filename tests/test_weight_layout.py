@@ -59,3 +59,19 @@ def test_the_decode_loop_lays_out_its_weights_unless_the_speedups_are_off():
     assert parameters["model.embed_tokens.weight"].is_contiguous()  # read by a lookup only
     assert all(p.is_contiguous() for p in plain.flat_graph.graph_module.parameters())
     assert loop.generate(prompt, 8).tokens == plain.generate(prompt, 8).tokens
+
+
+def test_a_weight_another_node_reads_otherwise_keeps_its_layout():
+    """A second ``get_attr`` of the same weight that views it flat: relaid, the view would fail (a transposed
+    tensor has no flat view), so the weight stays as it is."""
+    model = torch.nn.Linear(4, 3)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    linear = graph.call_function(torch.ops.aten.linear.default, (x, graph.get_attr("weight")))
+    flat = graph.call_function(torch.ops.aten.view.default, (graph.get_attr("weight"), [-1]))
+    graph.output((linear, flat))
+    module = torch.fx.GraphModule(model, graph)
+
+    assert lay_out_for_one_token(module) == 0
+    assert module.weight.is_contiguous()
+    module(torch.randn(2, 4))

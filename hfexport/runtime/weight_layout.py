@@ -25,8 +25,8 @@ _READERS = {torch.ops.aten.linear.default: 1, torch.ops.aten.embedding.default: 
 
 
 def _read_as_weight_only(node: torch.fx.Node) -> bool:
-    """Whether every user of ``node`` reads it as the weight argument of a linear or the table of an embedding."""
-    return bool(node.users) and all(
+    """Whether every user of ``node`` (none: an unused read) reads it as a linear's weight or an embedding's table."""
+    return all(
         user.op == "call_function"
         and user.target in _READERS
         and len(user.args) > _READERS[user.target]
@@ -49,18 +49,25 @@ def _holders(module: torch.nn.Module) -> dict[int, list[tuple[torch.nn.Module, s
 
 
 def lay_out_for_one_token(module: torch.fx.GraphModule) -> int:
-    """Relay ``module``'s float linear weights as [in, out] memory (module doc); returns how many it relaid. Every
-    name that holds a relaid tensor gets the new one, so the old memory goes with the program's last reference."""
+    """Relay ``module``'s float linear weights as [in, out] memory (module doc); returns how many it relaid. A
+    tensor is relaid only when every graph node that reads it (a tied table may have two) reads it as a weight, and
+    every name that holds it gets the new one, so the old memory goes with the program's last reference."""
     holders = _holders(module)
-    relaid = 0
+    readers: dict[int, list[torch.fx.Node]] = {}
+    tensors: dict[int, torch.Tensor] = {}
     for node in module.graph.nodes:
-        if node.op != "get_attr" or not _read_as_weight_only(node):
+        if node.op == "get_attr":
+            owner_path, _, name = node.target.rpartition(".")
+            tensor = getattr(module.get_submodule(owner_path), name)
+            if isinstance(tensor, torch.Tensor):
+                readers.setdefault(id(tensor), []).append(node)
+                tensors[id(tensor)] = tensor
+    relaid = 0
+    for key, nodes in readers.items():
+        tensor = tensors[key]
+        if key not in holders or not all(_read_as_weight_only(node) for node in nodes):
             continue
-        if not any(user.target is torch.ops.aten.linear.default for user in node.users):
-            continue
-        owner_path, _, name = node.target.rpartition(".")
-        tensor = getattr(module.get_submodule(owner_path), name)
-        if not isinstance(tensor, torch.Tensor) or id(tensor) not in holders:
+        if not any(user.target is torch.ops.aten.linear.default for node in nodes for user in node.users):
             continue
         if tensor.dim() != 2 or not tensor.is_floating_point() or not tensor.is_contiguous():
             continue
@@ -70,7 +77,7 @@ def lay_out_for_one_token(module: torch.fx.GraphModule) -> int:
             laid_out = tensor.detach().t().contiguous().t()
         if isinstance(tensor, torch.nn.Parameter):
             laid_out = torch.nn.Parameter(laid_out, requires_grad=tensor.requires_grad)
-        for owner, attribute in holders.pop(id(tensor)):
+        for owner, attribute in holders[key]:
             if isinstance(laid_out, torch.nn.Parameter) and attribute in owner._parameters:
                 owner._parameters[attribute] = laid_out
             else:
