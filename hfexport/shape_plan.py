@@ -19,11 +19,16 @@ from . import shapes
 class ShapePlan:
     """``explicit``: the config's ``dynamic_shapes`` (kept as given); ``dynamic``: ``dynamic=True`` (Dim.AUTO on
     every axis); ``tie_batch``: the exporter ties the token inputs' batch axes to one named Dim
-    (``shapes.tie_batch_axes``; ExecuTorch's lowering needs one batch symbol, Dynamo's and ONNX's do not)."""
+    (``shapes.tie_batch_axes``; ExecuTorch's lowering needs one batch symbol, Dynamo's and ONNX's do not);
+    ``static_batch``: the token inputs' batch axes stay the sample's (``shapes.static_batch_axes``): a cache the
+    program owns fixes the batch, so a batch symbol would only admit inputs no run can take, and with a batch
+    and a sequence symbol every head view has two symbolic sizes, which XNNPACK does not take (each such view cut
+    the delegate: 58 delegate calls a 6-layer SmolLM2-shaped decode step, 25 with the batch static)."""
 
     explicit: Any = None
     dynamic: bool = False
     tie_batch: bool = False
+    static_batch: bool = False
 
     @classmethod
     def of(cls, config: Any, tie_batch: bool = False) -> ShapePlan:
@@ -40,9 +45,15 @@ class ShapePlan:
 
     @property
     def automatic(self) -> bool:
-        """Whether hfexport chose the axes (``dynamic=True`` without explicit shapes): only then may it trace again
-        from batch 2 where the batch-1 trace pinned the batch. Explicit shapes are the caller's and stay as given."""
+        """Whether hfexport chose the axes (``dynamic=True`` without explicit shapes). Explicit shapes are the
+        caller's and stay as given."""
         return self.dynamic and self.explicit is None
+
+    @property
+    def opens_pinned_batch(self) -> bool:
+        """Whether a batch the batch-1 trace pinned is traced again from batch 2 to open it: only where hfexport
+        chose the axes and the plan does not keep the batch static itself."""
+        return self.automatic and not self.static_batch
 
     def dynamic_shapes(
         self, graph_inputs: dict[str, Any], tied: bool | None = None, batch_from: int | None = None
@@ -55,6 +66,8 @@ class ShapePlan:
         if not self.dynamic:
             return None
         spec = shapes.auto_dynamic_shapes(graph_inputs)
+        if self.static_batch and isinstance(spec, dict):
+            return shapes.static_batch_axes(spec, graph_inputs)
         if (self.tie_batch if tied is None else tied) and isinstance(spec, dict):
             return shapes.tie_batch_axes(spec, graph_inputs, batch_from)
         return spec

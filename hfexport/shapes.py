@@ -157,6 +157,21 @@ def tie_batch_axes(spec: dict[str, Any], inputs: dict[str, Any], minimum: int | 
     return out
 
 
+def static_batch_axes(spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` (from ``auto_dynamic_shapes``) without a Dim on the batch axis of any ``TIED_BATCH_INPUTS`` tensor:
+    those axes keep the sample's size."""
+    out = dict(spec)
+    for name in TIED_BATCH_INPUTS:
+        tensor, axes = inputs.get(name), spec.get(name)
+        if not isinstance(tensor, torch.Tensor) or not isinstance(axes, dict):
+            continue
+        axis = BATCH_AXES.get(name, {}).get(tensor.dim(), 0)
+        if axis is not None and axis in axes:
+            kept = {a: d for a, d in axes.items() if a != axis}
+            out[name] = kept or None
+    return out
+
+
 def tied_batch_inputs(spec: Any) -> list[str]:
     """The inputs on which ``spec`` has ``tie_batch_axes``' named ``batch`` Dim."""
     if not isinstance(spec, dict):

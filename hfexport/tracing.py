@@ -118,7 +118,7 @@ class Trace:
             stack.enter_context(torch.no_grad())
             stack.enter_context(_quiet_restored_attributes())
             program = self.export_once(model, graph_inputs, dynamic_shapes, config, plan)
-            if plan.automatic:
+            if plan.opens_pinned_batch:
                 program = self.open_pinned_batch(model, program, graph_inputs, config, plan)
             for backend in self.patch_backends:
                 apply_fx_program_fixes(backend, program)

@@ -13,7 +13,7 @@ import torch
 from helpers import static_decode_export
 
 from hfexport.executorch import passes as executorch_passes
-from hfexport.patching import attention
+from hfexport.patching import attention, delegate_attention
 
 # --- grouped-query attention -------------------------------------------------------------------------
 
@@ -119,6 +119,9 @@ def test_cache_as_inputs_program_has_no_identity_expand():
 
 
 def test_the_copy_check_sees_the_unpassed_program(monkeypatch):
+    # The identity expands come from to_edge's decomposition of a rank-4 matmul, which the ExecuTorch attention
+    # writes as a bmm of rank-3 views (patching/delegate_heads.py): put the matmul back to see them.
+    monkeypatch.setattr(delegate_attention, "batched_product", torch.matmul)
     monkeypatch.setattr(executorch_passes, "EDGE_PASSES", ())
     found = cache_copies(static_decode_export("executorch", cache_as_buffers=True)[0])
     assert "identity expand_copy" in found and "functional index_put" in found and "cache copy_ write-back" in found

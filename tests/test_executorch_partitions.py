@@ -74,11 +74,29 @@ def _program_summary(program) -> collections.Counter:
     return counts
 
 
-def test_the_decode_program_keeps_rotary_and_head_views_in_the_delegate():
+@pytest.fixture(scope="module")
+def owned_cache_decode():
     program, _ = static_decode_export("executorch", cache_as_buffers=True)
+    return program
+
+
+def test_the_decode_program_keeps_rotary_and_head_views_in_the_delegate(owned_cache_decode):
+    program = owned_cache_decode
     counts = _program_summary(program)
     assert counts["rotary slice"] == 0 and counts["view"] == 0, counts
     assert counts["delegate"] <= 20, counts  # 2 layers; 25 with the views and slices outside
+
+
+def test_a_program_owned_cache_keeps_the_token_batch_static(owned_cache_decode):
+    """The cache's buffers fix the batch (``ShapePlan.static_batch``): a batch symbol would admit only inputs that
+    fail to run, and it put a second symbolic size in every head view, which XNNPACK refuses (a cut delegate)."""
+    program = owned_cache_decode.exported_program()
+    batches = {
+        node.name: node.meta["val"].shape[0]
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in ("input_ids", "attention_mask", "position_ids")
+    }
+    assert len(batches) == 3 and all(type(b) is int and b == 1 for b in batches.values()), batches  # not a SymInt
 
 
 @pytest.mark.hfexport_slow

@@ -39,6 +39,7 @@ sample then serves batch 1, 2 and 3 (tested).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -136,6 +137,8 @@ class ExecutorchExporter(HfExporter):
         input_names = list(flatten_named(graph_inputs).keys())
         start = time.perf_counter()
         plan = self.shape_plan(config)
+        if owned:  # the owned cache fixes the batch (ShapePlan.static_batch)
+            plan = dataclasses.replace(plan, static_batch=True)
         program = self.trace(model, sample_inputs, config, plan)
         bounds = self.bound_dynamic_dims(program, graph_inputs, getattr(model, "wrapped", model))
         dynamic_axes = dim_bounds.dynamic_axes(program, input_names)
@@ -155,8 +158,7 @@ class ExecutorchExporter(HfExporter):
     @property
     def ties_batch(self) -> bool:  # type: ignore[override]
         """The token inputs' batch axes are one Dim (``shapes.tie_batch_axes``), except with a program-owned cache:
-        its buffers fix the batch, and a named batch Dim then fails ('Constraints violated (batch)') where Dim.AUTO
-        lets the batch be static."""
+        its buffers fix the batch, which ``export`` then keeps static (``ShapePlan.static_batch``)."""
         return not self.cache_as_buffers
 
     # -- bounds -----------------------------------------------------------------------------------

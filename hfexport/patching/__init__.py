@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (register their patches)
     attention,
     contiguity,
     delegate_attention,
+    delegate_heads,
     grad_mode,
     module_to,
     moe,

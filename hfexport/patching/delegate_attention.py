@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 
+from .delegate_heads import batched_product, same_leading_sizes
 from .registry import register_patch
 
 
@@ -66,10 +67,11 @@ def _xnnpack_attention_factory(original: Callable[..., torch.Tensor]) -> Callabl
             if slot is not None and reuse_key is not None:
                 derived[slot] = (reuse_key[0], additive, valid)
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        scores = torch.matmul(query * scale, key.transpose(-2, -1))
+        product = batched_product if same_leading_sizes(query, key) else torch.matmul
+        scores = product(query * scale, key.transpose(-2, -1))
         if additive is None or valid is None:
-            return torch.matmul(torch.softmax(scores, dim=-1), value)
-        return torch.matmul(torch.softmax(scores + additive, dim=-1) * valid, value)
+            return product(torch.softmax(scores, dim=-1), value)
+        return product(torch.softmax(scores + additive, dim=-1) * valid, value)
 
     return attend
 
