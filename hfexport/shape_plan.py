@@ -21,9 +21,9 @@ class ShapePlan:
     every axis); ``tie_batch``: the exporter ties the token inputs' batch axes to one named Dim
     (``shapes.tie_batch_axes``; ExecuTorch's lowering needs one batch symbol, Dynamo's and ONNX's do not);
     ``static_batch``: the token inputs' batch axes stay the sample's (``shapes.static_batch_axes``): a cache the
-    program owns fixes the batch, so a batch symbol would only admit inputs no run can take, and with a batch
-    and a sequence symbol every head view has two symbolic sizes, which XNNPACK does not take (each such view cut
-    the delegate: 58 delegate calls a 6-layer SmolLM2-shaped decode step, 25 with the batch static)."""
+    program owns fixes the batch, so a batch symbol would only admit inputs no run can take (and a batch-2 retrace
+    that cannot succeed), and beside the sequence symbol it leaves every head view two symbolic sizes, which
+    XNNPACK does not take: ``patching/delegate_heads.py``'s views stay in the delegate only with one."""
 
     explicit: Any = None
     dynamic: bool = False
