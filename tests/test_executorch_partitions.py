@@ -84,7 +84,9 @@ def test_the_decode_program_keeps_rotary_and_head_views_in_the_delegate(owned_ca
     program = owned_cache_decode
     counts = _program_summary(program)
     assert counts["rotary slice"] == 0 and counts["view"] == 0, counts
-    assert counts["delegate"] <= 20, counts  # 2 layers; 25 with the views and slices outside
+    # 2 layers, cut by the RMS norms' means and the cache writes; 22 with the rank-5 head views
+    # (patching/delegate_heads.py left out), 25 with the views and slices outside too
+    assert counts["delegate"] <= 10, counts
 
 
 def test_a_program_owned_cache_keeps_the_token_batch_static(owned_cache_decode):
@@ -104,7 +106,19 @@ def test_the_partition_check_catches_the_speedups_left_out():
     with hfexport.speedups_off():
         program, _ = static_decode_export("executorch", cache_as_buffers=True)
     counts = _program_summary(program)
-    assert counts["rotary slice"] > 0 and counts["view"] > 0 and counts["delegate"] > 20, counts
+    assert counts["rotary slice"] > 0 and counts["view"] > 0 and counts["delegate"] > 10, counts
+
+
+@pytest.mark.hfexport_slow
+def test_the_partition_check_catches_the_rank5_head_views(monkeypatch):
+    """The fault: ``patching/delegate_heads.py`` left out, every other patch in place."""
+    from hfexport.patching import registry
+
+    kept = [p for p in registry.PATCHES["executorch"] if not p.path.endswith("attention._grouped_query_sdpa")]
+    assert len(kept) == len(registry.PATCHES["executorch"]) - 1
+    monkeypatch.setitem(registry.PATCHES, "executorch", kept)
+    program, _ = static_decode_export("executorch", cache_as_buffers=True)
+    assert _program_summary(program)["delegate"] > 10
 
 
 class _HeadsView(torch.nn.Module):
